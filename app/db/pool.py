@@ -1,0 +1,80 @@
+"""Connection pools and the per-request database session."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Awaitable, Callable, Sequence
+
+import asyncpg
+
+from app.settings import Settings
+
+
+async def create_pool(settings: Settings, dsn: str, *, init: Callable[[asyncpg.Connection], Awaitable[None]] | None = None,
+                      min_size: int | None = None, max_size: int | None = None) -> asyncpg.Pool:
+    return await asyncpg.create_pool(
+        dsn,
+        min_size=settings.pool_min if min_size is None else min_size,
+        max_size=settings.pool_max if max_size is None else max_size,
+        init=init,
+        server_settings={
+            "application_name": "pith-graph",
+            "statement_timeout": str(settings.statement_timeout_ms),
+            "timezone": "UTC",
+        },
+    )
+
+
+class Session:
+    """One read-only REPEATABLE READ transaction, opened on the first statement.
+
+    Everything a request reads comes from one snapshot, so totals and itemized lists agree even
+    while a load commits. DataLoaders of one request dispatch concurrently; the lock keeps their
+    statements in turn on the one connection.
+    """
+
+    def __init__(self, acquire: Callable[[], Awaitable[asyncpg.Connection]],
+                 release: Callable[[asyncpg.Connection], Awaitable[None]] | None = None) -> None:
+        self._acquire = acquire
+        self._release = release
+        self._conn: asyncpg.Connection | None = None
+        self._tx: Any = None
+        self._lock = asyncio.Lock()
+        self.statements = 0
+
+    @classmethod
+    def from_pool(cls, pool: asyncpg.Pool, timeout: float = 5.0) -> "Session":
+        return cls(lambda: pool.acquire(timeout=timeout), pool.release)
+
+    @classmethod
+    def from_connection(cls, conn: asyncpg.Connection) -> "Session":
+        async def acquire() -> asyncpg.Connection:
+            return conn
+
+        return cls(acquire)
+
+    async def fetch(self, sql: str, *args: Any) -> Sequence[asyncpg.Record]:
+        async with self._lock:
+            if self._conn is None:
+                conn = await self._acquire()
+                try:
+                    tx = conn.transaction(isolation="repeatable_read", readonly=True)
+                    await tx.start()
+                except BaseException:
+                    if self._release is not None:
+                        await self._release(conn)
+                    raise
+                self._conn, self._tx = conn, tx
+            self.statements += 1
+            return await self._conn.fetch(sql, *args)
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        try:
+            if not conn.is_closed():
+                await self._tx.rollback()
+        finally:
+            if self._release is not None:
+                await self._release(conn)

@@ -1,0 +1,270 @@
+"""Write facts: COPY into staging tables, then set-based inserts that report conflicting facts.
+
+One call of load_file is one transaction: every document of the file lands, or none does.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, Iterator
+
+import asyncpg
+
+from app.ingest.document import DocumentError, Facts, parse_document
+
+
+@dataclass(frozen=True)
+class Table:
+    fact: str  # the Facts attribute
+    name: str
+    key: tuple[str, ...]
+    values: tuple[str, ...]
+
+
+# In insert order: resolutions refer to observations.
+TABLES: tuple[Table, ...] = (
+    Table("papers", "paper_snapshots", ("arxiv_id", "observed_at"),
+          ("title", "latest_version", "primary_category", "submitted_at", "last_updated")),
+    Table("works", "work_snapshots", ("work_id", "observed_at"),
+          ("arxiv_id", "doi", "metadata_source", "pith_arxiv_id", "title", "venue", "year")),
+    Table("observations", "citation_observations", ("observation_id",),
+          ("citing_arxiv_id", "reference_index", "source", "source_observed_at", "cited_arxiv_id", "work_id",
+           "printed_title", "printed_year")),
+    Table("resolutions", "resolutions", ("observation_id", "observed_at"), ("status", "resolver_source")),
+    Table("receipts", "standing_receipts", ("work_id", "source", "observed_at"), ()),
+    Table("events", "work_events", ("work_id", "source", "event_type", "observed_at"), ("reported_at", "notice_doi")),
+    Table("measurements", "external_measurements", ("arxiv_id", "source", "observed_at"), ("count",)),
+)
+
+BATCH_DOCUMENTS = 500
+
+
+class ImportRejected(Exception):
+    """A file that was not loaded; nothing of it was written."""
+
+    def __init__(self, file: str, message: str, line: int | None = None, path: str | None = None) -> None:
+        where = file + (f", line {line}" if line is not None else "")
+        super().__init__(f"{where}: {path + ': ' if path else ''}{message}")
+        self.file, self.line, self.path, self.message = file, line, path, message
+
+
+@dataclass
+class LoadResult:
+    file: str
+    documents: int
+    facts_added: int
+    seconds: float
+
+
+def _tuple_sql(alias: str, columns: tuple[str, ...]) -> str:
+    return "(" + ", ".join(f"{alias}.{c}" for c in columns) + ")"
+
+
+def _conflict_sql(t: Table, other: str) -> str:
+    """Staged rows whose key stands in `other` (the table, or the stage itself) with other content."""
+    key_match = " AND ".join(f"x.{c} = s.{c}" for c in t.key)
+    if t.fact == "papers":
+        differs = ("(x.title, x.latest_version, x.submitted_at, x.last_updated)"
+                   " IS DISTINCT FROM (s.title, s.latest_version, s.submitted_at, s.last_updated)"
+                   " OR (x.primary_category IS NOT NULL AND s.primary_category IS NOT NULL"
+                   " AND x.primary_category <> s.primary_category)")
+    else:
+        differs = f"{_tuple_sql('x', t.values)} IS DISTINCT FROM {_tuple_sql('s', t.values)}"
+    other_origin = "x.origin" if other.startswith("stage_") else "'the database'"
+    return f"""
+SELECT s.origin, {', '.join(f's.{c}' for c in t.key + t.values)},
+       {other_origin} AS other_origin, {', '.join(f'x.{c} AS other_{c}' for c in t.values) or 'NULL AS none'}
+FROM stage_{t.name} AS s
+JOIN {other} AS x ON {key_match}
+WHERE {differs}
+LIMIT 1
+"""
+
+
+def _insert_sql(t: Table) -> str:
+    columns = ", ".join(t.key + t.values)
+    order = ", ".join(t.key)
+    if t.fact == "papers":
+        return f"""
+INSERT INTO {t.name} ({columns})
+SELECT DISTINCT ON ({order}) {columns} FROM stage_{t.name}
+ORDER BY {order}, primary_category NULLS LAST
+ON CONFLICT ({order}) DO UPDATE SET primary_category = EXCLUDED.primary_category
+WHERE {t.name}.primary_category IS NULL AND EXCLUDED.primary_category IS NOT NULL
+"""
+    return f"""
+INSERT INTO {t.name} ({columns})
+SELECT DISTINCT ON ({order}) {columns} FROM stage_{t.name}
+ORDER BY {order}
+ON CONFLICT DO NOTHING
+"""
+
+
+class Loader:
+    """Stages the facts of one file inside its transaction and merges them at the end."""
+
+    def __init__(self, conn: asyncpg.Connection, file: str) -> None:
+        self.conn = conn
+        self.file = file
+        self.pending = Facts()
+        self.origins: dict[tuple[str, tuple], str] = {}
+
+    async def start(self) -> None:
+        for t in TABLES:
+            await self.conn.execute(
+                f"CREATE TEMP TABLE stage_{t.name} (LIKE {t.name}) ON COMMIT DROP;"
+                f" ALTER TABLE stage_{t.name} ADD COLUMN origin text"
+            )
+
+    def add(self, facts: Facts, origin: str) -> None:
+        try:
+            self.pending.merge(facts, origin)
+        except DocumentError as exc:
+            raise ImportRejected(self.file, exc.message, path=origin) from None
+        for t in TABLES:
+            for key in getattr(facts, t.fact):
+                self.origins.setdefault((t.fact, key), origin)
+
+    async def flush(self) -> None:
+        for t in TABLES:
+            rows = getattr(self.pending, t.fact)
+            if not rows:
+                continue
+            records = [key + value + (self.origins[(t.fact, key)],) for key, value in rows.items()]
+            await self.conn.copy_records_to_table(f"stage_{t.name}", records=records,
+                                                  columns=list(t.key + t.values) + ["origin"])
+        self.pending = Facts()
+        self.origins.clear()
+
+    async def finish(self) -> int:
+        await self.flush()
+        added = 0
+        for t in TABLES:
+            # Insert first, then compare: a concurrent load's committed rows are then seen too.
+            status = await self.conn.execute(_insert_sql(t))
+            added += int(status.split()[-1])
+            if not t.values:
+                continue
+            for other in (f"stage_{t.name}", t.name):
+                conflict = await self.conn.fetchrow(_conflict_sql(t, other))
+                if conflict is not None:
+                    raise ImportRejected(self.file, _describe_conflict(t, conflict))
+        return added
+
+
+def _describe_conflict(t: Table, row: Any) -> str:
+    key = ", ".join(f"{c}={_fmt(row[c])}" for c in t.key)
+    ours = ", ".join(f"{c}={_fmt(row[c])}" for c in t.values)
+    theirs = ", ".join(f"{c}={_fmt(row['other_' + c])}" for c in t.values)
+    return (f"conflicting {t.name} fact for {key}: {ours} (at {row['origin']}) "
+            f"but {theirs} (in {row['other_origin']})")
+
+
+def _fmt(value: Any) -> str:
+    return value.isoformat() if hasattr(value, "isoformat") else repr(value) if isinstance(value, str) else str(value)
+
+
+def _documents(stream: IO[bytes], ndjson: bool) -> Iterator[tuple[int | None, Any]]:
+    """Yield (line, decoded JSON) without reading an ndjson stream whole."""
+    if not ndjson:
+        yield None, _decode(stream.read(), None)
+        return
+    for number, raw in enumerate(stream, start=1):
+        if raw.strip():
+            yield number, _decode(raw, number)
+
+
+class _BadJson(Exception):
+    def __init__(self, line: int | None, message: str) -> None:
+        self.line, self.message = line, message
+
+
+def _decode(raw: bytes, line: int | None) -> Any:
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise _BadJson(line, f"not valid JSON: {exc}") from None
+
+
+def _open(path: str) -> tuple[IO[bytes], bool]:
+    """Open a file, or standard input for '-' (ndjson unless its first line is not a whole document)."""
+    if path != "-":
+        if not (path.endswith(".json") or path.endswith(".ndjson")):
+            raise ImportRejected(path, "unsupported file type; expected a .json (one v1 document) or "
+                                       ".ndjson (one document per line) file, or - for standard input")
+        try:
+            return open(path, "rb"), path.endswith(".ndjson")
+        except OSError as exc:
+            raise ImportRejected(path, f"cannot read: {exc.strerror}") from None
+    data = sys.stdin.buffer
+    first = data.readline()
+    rest = data.read() if first.strip() and not _is_whole_json(first) else None
+    if rest is not None:
+        return io.BytesIO(first + rest), False
+    return _Chain(first, data), True
+
+
+def _is_whole_json(line: bytes) -> bool:
+    try:
+        json.loads(line)
+        return True
+    except ValueError:
+        return False
+
+
+class _Chain(io.RawIOBase):
+    def __init__(self, first: bytes, rest: IO[bytes]) -> None:
+        self.first, self.rest = first, rest
+
+    def __iter__(self):  # type: ignore[override]
+        if self.first:
+            yield self.first
+        yield from self.rest
+
+    def close(self) -> None:
+        pass
+
+
+async def load_file(conn: asyncpg.Connection, path: str, progress: IO[str] | None = None) -> LoadResult:
+    """Load one file in one transaction; raise ImportRejected (and write nothing) on any problem."""
+    started = time.monotonic()
+    stream, ndjson = _open(path)
+    documents = 0
+    try:
+        async with conn.transaction():
+            loader = Loader(conn, path)
+            await loader.start()
+            last_report = started
+            try:
+                for line, doc in _documents(stream, ndjson):
+                    try:
+                        parsed = parse_document(doc)
+                    except DocumentError as exc:
+                        raise ImportRejected(path, exc.message, line=line, path=exc.path) from None
+                    where = f"line {line}" if line is not None else "the document"
+                    loader.add(parsed.facts, f"{where} ({parsed.arxiv_id} as of {parsed.rows.as_of.isoformat()})")
+                    documents += 1
+                    if documents % BATCH_DOCUMENTS == 0:
+                        await loader.flush()
+                    now = time.monotonic()
+                    if progress is not None and now - last_report >= 1.0:
+                        rate = documents / (now - started)
+                        print(f"{path}: {documents} documents ({rate:.0f}/s)", file=progress, flush=True)
+                        last_report = now
+            except _BadJson as exc:
+                raise ImportRejected(path, exc.message, line=exc.line, path="$") from None
+            if documents == 0:
+                raise ImportRejected(path, "no document found; expected at least one v1 document")
+            added = await loader.finish()
+    finally:
+        stream.close()
+    seconds = time.monotonic() - started
+    if progress is not None:
+        print(f"{path}: loaded {documents} documents, {added} new facts in {seconds:.2f}s "
+              f"({documents / seconds if seconds else documents:.0f} documents/s)", file=progress, flush=True)
+    return LoadResult(path, documents, added, seconds)

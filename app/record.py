@@ -1,0 +1,304 @@
+"""The canonical v1 paper citation record: rows in, dict out. The only place the document is made."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime, timezone
+from typing import Any
+
+from loaders.rows import (
+    STATUSES,
+    Observation,
+    PaperSnapshot,
+    Receipt,
+    RecordRows,
+    Standing,
+)
+
+SCHEMA = "pith.paper-citation-record.v1"
+REFUSAL = "A citation records a reference. It does not transfer a finding from one paper to another."
+CITATION_SOURCE = "paper_references, paper_reference_links"
+STANDING_SOURCE = "scholarly_work_events, retraction_status_cache"
+DEFAULT_MEASUREMENT_SOURCE = "arxiv_reference"
+LANE_NOTES = {
+    "reference_resolution": "Typed states for the displayed outbound observations.",
+    "standing_notices": "One-hop event checks from named stored sources.",
+    "inbound_itemization": "Pith citing papers itemized under the disclosed page cap.",
+    "external_citation_measurements": "A source-named dated measurement, never combined with another source.",
+}
+MONTHS = (
+    "January", "February", "March", "April", "May", "June",
+    "July", "August", "September", "October", "November", "December",
+)
+
+
+def canonical(value: Any) -> str:
+    """Serialize as the spec says: sorted keys, no spaces, UTF-8 text, no trailing newline."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def canonical_bytes(document: dict[str, Any]) -> bytes:
+    return canonical(document).encode("utf-8")
+
+
+def sha256_of(value: Any) -> str:
+    return "sha256:" + hashlib.sha256(canonical(value).encode("utf-8")).hexdigest()
+
+
+def observation_digest(observation: dict[str, Any]) -> str:
+    return sha256_of({k: v for k, v in observation.items() if k != "observation_digest"})
+
+
+def context_digest(document: dict[str, Any]) -> str:
+    return sha256_of({k: v for k, v in document.items() if k not in ("context_digest", "as_of")})
+
+
+def z_time(value: datetime | None) -> str | None:
+    """The Z family: paper, citation, work, resolution and measurement times."""
+    if value is None:
+        return None
+    return value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def offset_time(value: datetime | None) -> str | None:
+    """The +00:00 family: everything of standing notices."""
+    if value is None:
+        return None
+    return value.astimezone(timezone.utc).isoformat()
+
+
+def as_of_text(value: datetime) -> str:
+    return value.astimezone(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def long_date(value: datetime) -> str:
+    day = value.astimezone(timezone.utc)
+    return f"{day.day} {MONTHS[day.month - 1]} {day.year}"
+
+
+def paper_links(arxiv_id: str) -> dict[str, str]:
+    return {
+        "evidence": "/evidence",
+        "html": f"/paper/{arxiv_id}/citation-record",
+        "integrity": f"/paper/{arxiv_id}/integrity",
+        "json": f"/paper/{arxiv_id}/citation-record.json",
+        "paper": f"/paper/{arxiv_id}",
+    }
+
+
+def paper_full(paper: PaperSnapshot) -> dict[str, Any]:
+    return {
+        "arxiv_id": paper.arxiv_id,
+        "last_updated": z_time(paper.last_updated),
+        "latest_version": paper.latest_version,
+        "primary_category": paper.primary_category,
+        "snapshot_observed_at": z_time(paper.observed_at),
+        "submitted_at": z_time(paper.submitted_at),
+        "title": paper.title,
+    }
+
+
+def paper_short(paper: PaperSnapshot | None) -> dict[str, Any] | None:
+    if paper is None:
+        return None
+    return {
+        "arxiv_id": paper.arxiv_id,
+        "last_updated": z_time(paper.last_updated),
+        "snapshot_observed_at": z_time(paper.observed_at),
+        "submitted_at": z_time(paper.submitted_at),
+        "title": paper.title,
+        "version": paper.latest_version,
+    }
+
+
+def cited_work(obs: Observation) -> dict[str, Any]:
+    work = obs.work
+    if work is None:
+        # No canonical work link: what the bibliography printed, as of its parse.
+        return {
+            "arxiv_id": None,
+            "doi": None,
+            "metadata_source": None,
+            "pith_arxiv_id": obs.cited_arxiv_id,
+            "snapshot_observed_at": z_time(obs.source_observed_at),
+            "title": obs.printed_title,
+            "venue": None,
+            "work_id": None,
+            "year": obs.printed_year,
+        }
+    return {
+        "arxiv_id": work.arxiv_id,
+        "doi": work.doi,
+        "metadata_source": work.metadata_source,
+        "pith_arxiv_id": work.pith_arxiv_id,
+        "snapshot_observed_at": z_time(work.observed_at),
+        "title": work.title,
+        "venue": work.venue,
+        "work_id": str(work.work_id),
+        "year": work.year,
+    }
+
+
+def latest_receipt(receipts: tuple[Receipt, ...] | list[Receipt]) -> datetime | None:
+    return max((r.observed_at for r in receipts), default=None)
+
+
+def standing_notice(obs: Observation, standing: dict[Any, Standing]) -> dict[str, Any]:
+    if obs.work is None:
+        return _unavailable("canonical_work_link_unavailable")
+    known = standing.get(obs.work.work_id)
+    if known is None or not known.receipts:
+        return _unavailable("standing_sources_not_queried")
+    as_of = offset_time(latest_receipt(known.receipts))
+    n = len(known.events)
+    sentence = (
+        f"No event found in the named queried sources as of {as_of}."
+        if n == 0
+        else f"{n} event{'s' if n != 1 else ''} found in the named queried sources as of {as_of}."
+    )
+    return {
+        "events": [
+            {
+                "event_type": e.event_type,
+                "notice_doi": e.notice_doi,
+                "observed_at": offset_time(e.observed_at),
+                "reported_at": offset_time(e.reported_at),
+                "source": e.source,
+            }
+            for e in known.events
+        ],
+        "observation": sentence,
+        "reason": None,
+        "source_receipts": [
+            {"observed_at": offset_time(r.observed_at), "source": r.source} for r in known.receipts
+        ],
+        "state": "measured",
+    }
+
+
+def _unavailable(reason: str) -> dict[str, Any]:
+    return {"events": [], "reason": reason, "source_receipts": [], "state": "unavailable"}
+
+
+def observation(obs: Observation, standing: dict[Any, Standing]) -> dict[str, Any]:
+    cited_link = f"/paper/{obs.cited.arxiv_id}" if obs.cited is not None else None
+    item: dict[str, Any] = {
+        "citation": {
+            "cited_paper": paper_short(obs.cited),
+            "cited_work": cited_work(obs),
+            "citing_paper": paper_short(obs.citing),
+            "reference_index": obs.reference_index,
+            "source": obs.source,
+            "source_observed_at": z_time(obs.source_observed_at),
+        },
+        "links": {"cited_paper": cited_link, "citing_paper": f"/paper/{obs.citing.arxiv_id}"},
+        "observation_id": str(obs.observation_id),
+        "resolution": {
+            "observed_at": z_time(obs.resolution.observed_at),
+            "resolver_source": obs.resolution.resolver_source,
+            "status": obs.resolution.status,
+        },
+        "standing_notice": standing_notice(obs, standing),
+    }
+    item["observation_digest"] = observation_digest(item)
+    return item
+
+
+def _lane(lane: str, denominator: int, observed: int, source: str, observed_at: str | None) -> dict[str, Any]:
+    return {
+        "denominator": denominator,
+        "lane": lane,
+        "note": LANE_NOTES[lane],
+        "records_observed": observed,
+        "source": source,
+        "source_observed_at": observed_at,
+        "state": "measured" if observed == denominator else "capped",
+    }
+
+
+def build_record(rows: RecordRows) -> dict[str, Any]:
+    """Build the v1 document from the rows visible at rows.as_of."""
+    paper = rows.paper
+    inbound = [observation(o, rows.standing) for o in rows.inbound]
+    outbound = [observation(o, rows.standing) for o in rows.outbound]
+    displayed = rows.inbound + rows.outbound
+
+    state_counts = {status: 0 for status in STATUSES}
+    for o in rows.outbound:
+        state_counts[o.resolution.status] += 1
+
+    # Receipts of the works behind the displayed observations, each work once.
+    seen_works = {o.work.work_id for o in displayed if o.work is not None}
+    receipts = [r for w in seen_works if w in rows.standing for r in rows.standing[w].receipts]
+    live_latest: dict[str, datetime] = {}
+    for r in receipts:
+        if r.is_live and (r.source not in live_latest or r.observed_at > live_latest[r.source]):
+            live_latest[r.source] = r.observed_at
+
+    measurements = sorted(rows.measurements, key=lambda m: m.source)
+    measurement_sources = ", ".join(m.source for m in measurements) or DEFAULT_MEASUREMENT_SOURCE
+
+    inbound_shown = f"{len(inbound)}" if len(inbound) == rows.counts.inbound else f"{len(inbound)} of {rows.counts.inbound}"
+    document: dict[str, Any] = {
+        "as_of": as_of_text(rows.as_of),
+        "caps": {
+            "database_statements": rows.caps.database_statements,
+            "inbound": rows.caps.inbound,
+            "outbound": rows.caps.outbound,
+        },
+        "coverage": [
+            _lane(
+                "reference_resolution",
+                rows.counts.outbound,
+                len(outbound),
+                CITATION_SOURCE,
+                z_time(max((o.source_observed_at for o in rows.outbound), default=None)),
+            ),
+            _lane(
+                "standing_notices",
+                len(displayed),
+                len(displayed),
+                STANDING_SOURCE,
+                offset_time(latest_receipt(receipts)),
+            ),
+            _lane(
+                "inbound_itemization",
+                rows.counts.inbound,
+                len(inbound),
+                CITATION_SOURCE,
+                z_time(max((o.source_observed_at for o in rows.inbound), default=None)),
+            ),
+            _lane(
+                "external_citation_measurements",
+                len(measurements),
+                len(measurements),
+                measurement_sources,
+                z_time(max((m.observed_at for m in measurements), default=None)),
+            ),
+        ],
+        "external_citation_measurements": [
+            {"count": m.count, "observed_at": z_time(m.observed_at), "source": m.source} for m in measurements
+        ],
+        "inbound": inbound,
+        "links": paper_links(paper.arxiv_id),
+        "outbound": outbound,
+        "paper": paper_full(paper),
+        "reference_resolution": {
+            "displayed": len(outbound),
+            "state_counts": state_counts,
+            "total_outbound_references": rows.counts.outbound,
+        },
+        "refusal": REFUSAL,
+        "schema": SCHEMA,
+        "standing_sources": [
+            {"observed_at": offset_time(at), "source": source} for source, at in sorted(live_latest.items())
+        ],
+        "thesis": (
+            f"As of {long_date(rows.as_of)}, this Paper Citation Record lists {len(outbound)} of "
+            f"{rows.counts.outbound} outbound references and {inbound_shown} inbound Pith citation "
+            f"observations for arXiv:{paper.arxiv_id}."
+        ),
+    }
+    document["context_digest"] = context_digest(document)
+    return document

@@ -1,0 +1,59 @@
+"""Configuration from the environment, in one place; command-line flags override it."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+
+def _default_data_dir() -> Path:
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("pith-graph")) / "pgdata"
+
+
+def _split(value: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in value.split(",") if part.strip())
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_url: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8000
+    data_dir: Path = field(default_factory=_default_data_dir)
+    pool_min: int = 1
+    pool_max: int = 10
+    statement_timeout_ms: int = 10_000
+    cors_origins: tuple[str, ...] = ()
+    log_format: str = "text"
+    introspection: bool = True
+    production: bool = False
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> "Settings":
+        env = dict(os.environ if env is None else env)
+        base = cls()
+        return replace(
+            base,
+            database_url=env.get("DATABASE_URL") or None,
+            host=env.get("PITH_HOST", base.host),
+            port=int(env.get("PITH_PORT", base.port)),
+            data_dir=Path(env["PITH_DATA_DIR"]) if env.get("PITH_DATA_DIR") else base.data_dir,
+            pool_min=int(env.get("PITH_POOL_MIN", base.pool_min)),
+            pool_max=int(env.get("PITH_POOL_MAX", base.pool_max)),
+            statement_timeout_ms=int(env.get("PITH_STATEMENT_TIMEOUT_MS", base.statement_timeout_ms)),
+            cors_origins=_split(env.get("PITH_CORS_ORIGINS", "")),
+            log_format=env.get("PITH_LOG_FORMAT", base.log_format),
+            introspection=env.get("PITH_INTROSPECTION", "1") not in ("0", "false", "no"),
+            production=env.get("PITH_ENV", "") == "production",
+        )
+
+
+def redact_url(url: str | None) -> str:
+    """Hide the password of a database URL, for logs and error messages."""
+    if not url:
+        return ""
+    return re.sub(r"(//[^:/@]+):[^@]*@", r"\1:***@", url)

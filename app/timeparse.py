@@ -1,0 +1,46 @@
+"""Validation of what clients send: arXiv identifiers and instants."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+
+NEW_STYLE = re.compile(r"^\d{4}\.\d{4,5}$")
+OLD_STYLE = re.compile(r"^[a-z]+(-[a-z]+)*(\.[A-Z]{2})?/\d{7}$")
+ARXIV_ID_RULE = ("an arXiv identifier without version: new style YYMM.NNNN or YYMM.NNNNN (e.g. 2402.15627) "
+                 "or old style archive/YYMMNNN (e.g. hep-th/9901001)")
+AS_OF_RULE = ("an ISO 8601 instant with a time zone, e.g. 2026-08-05T04:52:00Z or 2026-08-05T06:52:00+02:00; "
+              "it is truncated to whole seconds")
+
+
+class BadInput(ValueError):
+    """A client value that is not accepted; the message says what is."""
+
+
+def parse_arxiv_id(value: str) -> str:
+    if not isinstance(value, str) or not (NEW_STYLE.match(value) or OLD_STYLE.match(value)):
+        raise BadInput(f"{value!r} is not a valid arXiv id; expected {ARXIV_ID_RULE}")
+    return value
+
+
+def parse_as_of(value: str | datetime) -> datetime:
+    if isinstance(value, datetime):
+        parsed = value
+    else:
+        text = value.strip() if isinstance(value, str) else ""
+        if not re.match(r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}", text):
+            raise BadInput(f"{value!r} is not a valid instant; expected {AS_OF_RULE}")
+        try:
+            parsed = datetime.fromisoformat(text.replace("z", "Z").replace("Z", "+00:00"))
+        except ValueError:
+            raise BadInput(f"{value!r} is not a valid instant; expected {AS_OF_RULE}") from None
+    if parsed.tzinfo is None or parsed.utcoffset() is None:
+        raise BadInput(f"{value!r} has no time zone; expected {AS_OF_RULE}")
+    try:
+        return parsed.astimezone(timezone.utc).replace(microsecond=0)
+    except OverflowError:
+        raise BadInput(f"{value!r} is out of range; expected {AS_OF_RULE}") from None
+
+
+def now_as_of() -> datetime:
+    return datetime.now(timezone.utc).replace(microsecond=0)

@@ -1,0 +1,272 @@
+"""Citation observations as of an instant: keyset pages in both directions, counts, lookup by id.
+
+An observation is visible at an instant when its reference was parsed by then and its citing paper
+has a snapshot by then. Each statement takes many keys at once (unnest ... WITH ORDINALITY) and
+walks one index range per key, so a page costs the same at any depth and any fan-out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final, Sequence
+from uuid import UUID
+
+from loaders.base import Db
+from loaders.papers import paper_from
+from loaders.rows import Observation, Resolution, WorkSnapshot
+
+# $AS is the instant's parameter number in each statement below.
+_LATEST_STATUS: Final = """coalesce((
+        SELECT r.status
+        FROM resolutions AS r
+        WHERE r.observation_id = o.observation_id
+          AND r.observed_at <= $AS
+        ORDER BY r.observed_at DESC
+        LIMIT 1), 'unresolved')"""
+
+_CITING_EXISTS: Final = """EXISTS (
+        SELECT 1
+        FROM paper_snapshots AS cs
+        WHERE cs.arxiv_id = o.citing_arxiv_id
+          AND cs.observed_at <= $AS)"""
+
+# A cited work counts as retracted when its notice is measured and the latest of its retraction,
+# withdrawal and reinstatement events at the instant is a retraction or withdrawal.
+_RETRACTED: Final = """(o.work_id IS NOT NULL
+        AND EXISTS (SELECT 1 FROM work_snapshots AS ws
+                    WHERE ws.work_id = o.work_id AND ws.observed_at <= $AS)
+        AND EXISTS (SELECT 1 FROM standing_receipts AS sr
+                    WHERE sr.work_id = o.work_id AND sr.observed_at <= $AS)
+        AND coalesce((
+            SELECT e.event_type IN ('retraction', 'withdrawal')
+            FROM work_events AS e
+            WHERE e.work_id = o.work_id
+              AND e.observed_at <= $AS
+              AND e.event_type IN ('retraction', 'withdrawal', 'reinstatement')
+            ORDER BY e.observed_at DESC
+            LIMIT 1), false))"""
+
+_DETAIL_COLUMNS: Final = """
+       o.observation_id, o.citing_arxiv_id, o.reference_index, o.source, o.source_observed_at,
+       o.cited_arxiv_id, o.work_id, o.printed_title, o.printed_year,
+       c.arxiv_id AS c_arxiv_id, c.observed_at AS c_observed_at, c.title AS c_title,
+       c.latest_version AS c_latest_version, c.primary_category AS c_primary_category,
+       c.submitted_at AS c_submitted_at, c.last_updated AS c_last_updated,
+       d.arxiv_id AS d_arxiv_id, d.observed_at AS d_observed_at, d.title AS d_title,
+       d.latest_version AS d_latest_version, d.primary_category AS d_primary_category,
+       d.submitted_at AS d_submitted_at, d.last_updated AS d_last_updated,
+       w.observed_at AS w_observed_at, w.arxiv_id AS w_arxiv_id, w.doi AS w_doi,
+       w.metadata_source AS w_metadata_source, w.pith_arxiv_id AS w_pith_arxiv_id, w.title AS w_title,
+       w.venue AS w_venue, w.year AS w_year,
+       r.observed_at AS r_observed_at, r.status AS r_status, r.resolver_source AS r_resolver_source"""
+
+# Latest snapshot of the citing paper, the cited paper, the work and the resolution of each row o.
+_DETAIL_JOINS: Final = """
+JOIN LATERAL (
+    SELECT * FROM paper_snapshots AS s
+    WHERE s.arxiv_id = o.citing_arxiv_id AND s.observed_at <= $AS
+    ORDER BY s.observed_at DESC LIMIT 1
+) AS c ON true
+LEFT JOIN LATERAL (
+    SELECT * FROM paper_snapshots AS s
+    WHERE s.arxiv_id = o.cited_arxiv_id AND s.observed_at <= $AS
+    ORDER BY s.observed_at DESC LIMIT 1
+) AS d ON true
+LEFT JOIN LATERAL (
+    SELECT * FROM work_snapshots AS s
+    WHERE s.work_id = o.work_id AND s.observed_at <= $AS
+    ORDER BY s.observed_at DESC LIMIT 1
+) AS w ON true
+LEFT JOIN LATERAL (
+    SELECT * FROM resolutions AS s
+    WHERE s.observation_id = o.observation_id AND s.observed_at <= $AS
+    ORDER BY s.observed_at DESC LIMIT 1
+) AS r ON true"""
+
+
+def _at(sql: str, param: int) -> str:
+    return sql.replace("$AS", f"${param}")
+
+
+# $1 cited ids, $2..$4 the cursor per key (NULL for the first page), $5 instant, $6 page size,
+# $7 statuses (NULL: all).
+INBOUND_PAGES: Final = _at(f"""
+SELECT k.ord, {_DETAIL_COLUMNS}
+FROM unnest($1::text[], $2::text[], $3::int[], $4::uuid[])
+     WITH ORDINALITY AS k(arxiv_id, after_citing, after_index, after_id, ord)
+CROSS JOIN LATERAL (
+    SELECT o.*
+    FROM citation_observations AS o
+    WHERE o.cited_arxiv_id = k.arxiv_id
+      AND (k.after_citing IS NULL
+           OR (o.citing_arxiv_id, o.reference_index, o.observation_id)
+              > (k.after_citing, k.after_index, k.after_id))
+      AND o.source_observed_at <= $AS
+      AND {_CITING_EXISTS}
+      AND ($7::text[] IS NULL OR {_LATEST_STATUS} = ANY($7::text[]))
+    ORDER BY o.citing_arxiv_id, o.reference_index, o.observation_id
+    LIMIT $6
+) AS o {_DETAIL_JOINS}
+ORDER BY k.ord, o.citing_arxiv_id, o.reference_index, o.observation_id
+""", 5)
+
+# $1 citing ids, $2..$3 the cursor per key, $4 instant, $5 page size, $6 statuses, $7 cites-retracted.
+OUTBOUND_PAGES: Final = _at(f"""
+SELECT k.ord, {_DETAIL_COLUMNS}
+FROM unnest($1::text[], $2::int[], $3::uuid[]) WITH ORDINALITY AS k(arxiv_id, after_index, after_id, ord)
+CROSS JOIN LATERAL (
+    SELECT o.*
+    FROM citation_observations AS o
+    WHERE o.citing_arxiv_id = k.arxiv_id
+      AND (k.after_index IS NULL
+           OR (o.reference_index, o.observation_id) > (k.after_index, k.after_id))
+      AND o.source_observed_at <= $AS
+      AND {_CITING_EXISTS}
+      AND ($6::text[] IS NULL OR {_LATEST_STATUS} = ANY($6::text[]))
+      AND ($7::boolean IS NULL OR $7::boolean = {_RETRACTED})
+    ORDER BY o.reference_index, o.observation_id
+    LIMIT $5
+) AS o {_DETAIL_JOINS}
+ORDER BY k.ord, o.reference_index, o.observation_id
+""", 4)
+
+# $1 paper ids, $2 'in' or 'out' per key, $3 instant, $4 statuses, $5 cites-retracted (outbound only).
+CITATION_COUNTS: Final = _at(f"""
+SELECT k.ord, n.total
+FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(arxiv_id, direction, ord)
+CROSS JOIN LATERAL (
+    SELECT count(*) AS total
+    FROM (
+        SELECT o.observation_id, o.citing_arxiv_id, o.work_id
+        FROM citation_observations AS o
+        WHERE k.direction = 'in' AND o.cited_arxiv_id = k.arxiv_id AND o.source_observed_at <= $AS
+        UNION ALL
+        SELECT o.observation_id, o.citing_arxiv_id, o.work_id
+        FROM citation_observations AS o
+        WHERE k.direction = 'out' AND o.citing_arxiv_id = k.arxiv_id AND o.source_observed_at <= $AS
+    ) AS o
+    WHERE {_CITING_EXISTS}
+      AND ($4::text[] IS NULL OR {_LATEST_STATUS} = ANY($4::text[]))
+      AND ($5::boolean IS NULL OR $5::boolean = {_RETRACTED})
+) AS n
+""", 3)
+
+OBSERVATIONS_BY_ID: Final = _at(f"""
+SELECT k.ord, {_DETAIL_COLUMNS}
+FROM unnest($1::uuid[]) WITH ORDINALITY AS k(observation_id, ord)
+JOIN citation_observations AS o
+  ON o.observation_id = k.observation_id
+ AND o.source_observed_at <= $AS {_DETAIL_JOINS}
+""", 2)
+
+
+def observation_from(row: Any) -> Observation:
+    work = None
+    if row["w_observed_at"] is not None:
+        work = WorkSnapshot(
+            work_id=row["work_id"],
+            observed_at=row["w_observed_at"],
+            arxiv_id=row["w_arxiv_id"],
+            doi=row["w_doi"],
+            metadata_source=row["w_metadata_source"],
+            pith_arxiv_id=row["w_pith_arxiv_id"],
+            title=row["w_title"],
+            venue=row["w_venue"],
+            year=row["w_year"],
+        )
+    if row["r_observed_at"] is not None:
+        resolution = Resolution(row["observation_id"], row["r_observed_at"], row["r_status"], row["r_resolver_source"])
+    else:
+        # Parsed but not yet resolved: unresolved as of the parse.
+        resolution = Resolution(row["observation_id"], row["source_observed_at"], "unresolved", None)
+    return Observation(
+        observation_id=row["observation_id"],
+        citing_arxiv_id=row["citing_arxiv_id"],
+        reference_index=row["reference_index"],
+        source=row["source"],
+        source_observed_at=row["source_observed_at"],
+        cited_arxiv_id=row["cited_arxiv_id"],
+        work_id=row["work_id"],
+        printed_title=row["printed_title"],
+        printed_year=row["printed_year"],
+        citing=paper_from(row, "c_"),
+        cited=paper_from(row, "d_"),
+        work=work,
+        resolution=resolution,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PageKey:
+    """One page request: the paper, and the last row of the previous page (None for the first)."""
+
+    arxiv_id: str
+    after: tuple | None = None
+
+
+def _group(rows: Sequence[Any], n: int) -> list[list[Observation]]:
+    pages: list[list[Observation]] = [[] for _ in range(n)]
+    for row in rows:
+        pages[row["ord"] - 1].append(observation_from(row))
+    return pages
+
+
+async def inbound_pages(db: Db, keys: Sequence[PageKey], as_of: datetime, limit: int,
+                        statuses: Sequence[str] | None = None) -> list[list[Observation]]:
+    """Inbound observations of each paper in record order (citing id, reference index, id)."""
+    after = [k.after or (None, None, None) for k in keys]
+    rows = await db.fetch(
+        INBOUND_PAGES,
+        [k.arxiv_id for k in keys],
+        [a[0] for a in after],
+        [a[1] for a in after],
+        [a[2] for a in after],
+        as_of,
+        limit,
+        list(statuses) if statuses is not None else None,
+    )
+    return _group(rows, len(keys))
+
+
+async def outbound_pages(db: Db, keys: Sequence[PageKey], as_of: datetime, limit: int,
+                         statuses: Sequence[str] | None = None,
+                         cites_retracted: bool | None = None) -> list[list[Observation]]:
+    """Outbound observations of each paper by reference index, then id."""
+    after = [k.after or (None, None) for k in keys]
+    rows = await db.fetch(
+        OUTBOUND_PAGES,
+        [k.arxiv_id for k in keys],
+        [a[0] for a in after],
+        [a[1] for a in after],
+        as_of,
+        limit,
+        list(statuses) if statuses is not None else None,
+        cites_retracted,
+    )
+    return _group(rows, len(keys))
+
+
+async def citation_counts(db: Db, keys: Sequence[tuple[str, str]], as_of: datetime,
+                          statuses: Sequence[str] | None = None,
+                          cites_retracted: bool | None = None) -> list[int]:
+    """Count visible observations per (arxiv_id, 'in' | 'out') key under the filters."""
+    rows = await db.fetch(
+        CITATION_COUNTS,
+        [k[0] for k in keys],
+        [k[1] for k in keys],
+        as_of,
+        list(statuses) if statuses is not None else None,
+        cites_retracted,
+    )
+    totals = [0] * len(keys)
+    for row in rows:
+        totals[row["ord"] - 1] = row["total"]
+    return totals
+
+
+async def observations_by_id(db: Db, ids: Sequence[UUID], as_of: datetime) -> list[Observation | None]:
+    found: list[Observation | None] = [None] * len(ids)
+    for row in await db.fetch(OBSERVATIONS_BY_ID, list(ids), as_of):
+        found[row["ord"] - 1] = observation_from(row)
+    return found

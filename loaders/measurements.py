@@ -1,0 +1,26 @@
+"""External citation counts: the latest measurement of each source at an instant, never summed."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Final, Sequence
+
+from loaders.base import Db
+from loaders.rows import Measurement
+
+MEASUREMENTS_BY_ARXIV_ID: Final = """
+SELECT DISTINCT ON (arxiv_id, source) arxiv_id, source, observed_at, count
+FROM external_measurements
+WHERE arxiv_id = ANY($1::text[])
+  AND observed_at <= $2
+ORDER BY arxiv_id, source, observed_at DESC
+"""
+
+
+async def measurements_by_paper(db: Db, arxiv_ids: Sequence[str], as_of: datetime) -> list[list[Measurement]]:
+    found: dict[str, list[Measurement]] = {}
+    for row in await db.fetch(MEASUREMENTS_BY_ARXIV_ID, list(arxiv_ids), as_of):
+        found.setdefault(row["arxiv_id"], []).append(
+            Measurement(row["arxiv_id"], row["source"], row["observed_at"], row["count"])
+        )
+    return [found.get(a, []) for a in arxiv_ids]

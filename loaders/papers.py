@@ -1,0 +1,69 @@
+"""Paper snapshots as of an instant: lookup by arXiv id and full-text search over titles."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Final, Sequence
+
+from loaders.base import Db
+from loaders.rows import PaperSnapshot
+
+PAPER_COLUMNS: Final = "arxiv_id, observed_at, title, latest_version, primary_category, submitted_at, last_updated"
+
+PAPER_SNAPSHOTS_BY_ARXIV_ID: Final = f"""
+SELECT k.ord, s.{PAPER_COLUMNS.replace(', ', ', s.')}
+FROM unnest($1::text[]) WITH ORDINALITY AS k(arxiv_id, ord)
+JOIN LATERAL (
+    SELECT {PAPER_COLUMNS}
+    FROM paper_snapshots
+    WHERE arxiv_id = k.arxiv_id
+      AND observed_at <= $2
+    ORDER BY observed_at DESC
+    LIMIT 1
+) AS s ON true
+"""
+
+# Ranked title search over each paper's latest snapshot at the instant (older titles do not match).
+SEARCH_PAPERS: Final = f"""
+SELECT s.{PAPER_COLUMNS.replace(', ', ', s.')},
+       ts_rank(to_tsvector('english', s.title), q.query) AS rank
+FROM websearch_to_tsquery('english', $1) AS q(query)
+JOIN paper_snapshots AS s
+  ON to_tsvector('english', s.title) @@ q.query
+WHERE s.observed_at <= $2
+  AND NOT EXISTS (
+      SELECT 1
+      FROM paper_snapshots AS newer
+      WHERE newer.arxiv_id = s.arxiv_id
+        AND newer.observed_at > s.observed_at
+        AND newer.observed_at <= $2
+  )
+ORDER BY rank DESC, s.arxiv_id
+LIMIT $3
+"""
+
+
+def paper_from(row: Any, prefix: str = "") -> PaperSnapshot | None:
+    if row[prefix + "observed_at"] is None:
+        return None
+    return PaperSnapshot(
+        arxiv_id=row[prefix + "arxiv_id"],
+        observed_at=row[prefix + "observed_at"],
+        title=row[prefix + "title"],
+        latest_version=row[prefix + "latest_version"],
+        primary_category=row[prefix + "primary_category"],
+        submitted_at=row[prefix + "submitted_at"],
+        last_updated=row[prefix + "last_updated"],
+    )
+
+
+async def paper_snapshots(db: Db, arxiv_ids: Sequence[str], as_of: datetime) -> list[PaperSnapshot | None]:
+    found: list[PaperSnapshot | None] = [None] * len(arxiv_ids)
+    for row in await db.fetch(PAPER_SNAPSHOTS_BY_ARXIV_ID, list(arxiv_ids), as_of):
+        found[row["ord"] - 1] = paper_from(row)
+    return found
+
+
+async def search_papers(db: Db, query: str, as_of: datetime, limit: int) -> list[PaperSnapshot]:
+    rows = await db.fetch(SEARCH_PAPERS, query, as_of, limit)
+    return [p for p in (paper_from(r) for r in rows) if p is not None]

@@ -1,0 +1,50 @@
+"""What standing sources say of works as of an instant: latest receipt per source, and events."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Final, Sequence
+from uuid import UUID
+
+from loaders.base import Db
+from loaders.rows import Event, Receipt, Standing
+
+# Receipts (latest per work and source) and events in one statement: a notice needs both.
+STANDING_BY_WORK_ID: Final = """
+SELECT 'receipt' AS kind, r.work_id, r.source, r.observed_at,
+       NULL::text AS event_type, NULL::timestamptz AS reported_at, NULL::text AS notice_doi
+FROM (
+    SELECT DISTINCT ON (work_id, source) work_id, source, observed_at
+    FROM standing_receipts
+    WHERE work_id = ANY($1::uuid[])
+      AND observed_at <= $2
+    ORDER BY work_id, source, observed_at DESC
+) AS r
+UNION ALL
+SELECT 'event', e.work_id, e.source, e.observed_at, e.event_type, e.reported_at, e.notice_doi
+FROM work_events AS e
+WHERE e.work_id = ANY($1::uuid[])
+  AND e.observed_at <= $2
+ORDER BY 1 DESC, 2, 4, 3
+"""
+
+
+async def standing_by_work(db: Db, work_ids: Sequence[UUID], as_of: datetime) -> list[Standing]:
+    """One Standing per work id, in key order; receipts by source, events by time then source."""
+    receipts: dict[UUID, list[Receipt]] = {}
+    events: dict[UUID, list[Event]] = {}
+    for row in await db.fetch(STANDING_BY_WORK_ID, list(work_ids), as_of):
+        if row["kind"] == "receipt":
+            receipts.setdefault(row["work_id"], []).append(Receipt(row["work_id"], row["source"], row["observed_at"]))
+        else:
+            events.setdefault(row["work_id"], []).append(
+                Event(row["work_id"], row["source"], row["event_type"], row["observed_at"], row["reported_at"],
+                      row["notice_doi"])
+            )
+    return [
+        Standing(
+            receipts=tuple(sorted(receipts.get(w, ()), key=lambda r: r.source)),
+            events=tuple(events.get(w, ())),
+        )
+        for w in work_ids
+    ]
