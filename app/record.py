@@ -144,19 +144,28 @@ def latest_receipt(receipts: tuple[Receipt, ...] | list[Receipt]) -> datetime | 
     return max((r.observed_at for r in receipts), default=None)
 
 
-def standing_notice(obs: Observation, standing: dict[Any, Standing]) -> dict[str, Any]:
-    if obs.work is None:
-        return _unavailable("canonical_work_link_unavailable")
-    known = standing.get(obs.work.work_id)
-    if known is None or not known.receipts:
-        return _unavailable("standing_sources_not_queried")
+def notice_sentence(known: Standing) -> str:
     as_of = offset_time(latest_receipt(known.receipts))
     n = len(known.events)
-    sentence = (
-        f"No event found in the named queried sources as of {as_of}."
-        if n == 0
-        else f"{n} event{'s' if n != 1 else ''} found in the named queried sources as of {as_of}."
-    )
+    if n == 0:
+        return f"No event found in the named queried sources as of {as_of}."
+    return f"{n} event{'s' if n != 1 else ''} found in the named queried sources as of {as_of}."
+
+
+def notice_state(obs: Observation, standing: dict[Any, Standing]) -> tuple[str, str | None, Standing | None]:
+    """(state, reason, what the sources say): measured only for a linked work some source has checked."""
+    if obs.work is None:
+        return "unavailable", "canonical_work_link_unavailable", None
+    known = standing.get(obs.work.work_id)
+    if known is None or not known.receipts:
+        return "unavailable", "standing_sources_not_queried", None
+    return "measured", None, known
+
+
+def standing_notice(obs: Observation, standing: dict[Any, Standing]) -> dict[str, Any]:
+    state, reason, known = notice_state(obs, standing)
+    if known is None:
+        return _unavailable(reason or "")
     return {
         "events": [
             {
@@ -168,12 +177,12 @@ def standing_notice(obs: Observation, standing: dict[Any, Standing]) -> dict[str
             }
             for e in known.events
         ],
-        "observation": sentence,
+        "observation": notice_sentence(known),
         "reason": None,
         "source_receipts": [
             {"observed_at": offset_time(r.observed_at), "source": r.source} for r in known.receipts
         ],
-        "state": "measured",
+        "state": state,
     }
 
 

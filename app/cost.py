@@ -1,0 +1,128 @@
+"""Query cost, computed from the document and its arguments before anything runs (GitHub's node rule).
+
+Every list a query can ask for counts the nodes it may return, multiplied by the lists around it:
+`papers(arxivIds: [..100 ids]) { inbound(first: 100) }` may touch 100 + 100 x 100 nodes. A query over
+MAX_NODES is refused before execution, and every response reports its cost in `extensions.cost`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+from graphql import (
+    FieldNode,
+    FragmentDefinitionNode,
+    FragmentSpreadNode,
+    InlineFragmentNode,
+    OperationDefinitionNode,
+    SelectionSetNode,
+    value_from_ast_untyped,
+)
+from graphql.error import GraphQLError
+from strawberry.extensions import SchemaExtension
+from strawberry.types import ExecutionResult
+
+from app.errors import QueryCostError, UserInputError
+
+MAX_NODES = 500_000
+MAX_NEIGHBOURHOOD_PAPERS = 10_000
+LIMITS = {"first": (1, 100), "perPaper": (1, 100), "depth": (1, 3)}
+# (field name) -> (argument that sizes it, its default)
+LISTS = {"inbound": ("first", 100), "outbound": ("first", 100), "searchPapers": ("first", 10)}
+
+
+class Costing:
+    def __init__(self, fragments: dict[str, FragmentDefinitionNode], variables: dict[str, Any]) -> None:
+        self.fragments = fragments
+        self.variables = variables
+
+    def args(self, field: FieldNode) -> dict[str, Any]:
+        values = {}
+        for arg in field.arguments or ():
+            values[arg.name.value] = value_from_ast_untyped(arg.value, self.variables)
+        for name, (low, high) in LIMITS.items():
+            if name in values and values[name] is not None:
+                value = values[name]
+                if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+                    raise UserInputError(f"{name}: {value!r} is out of range; allowed {low} to {high}",
+                                         argument=name)
+        return values
+
+    def fields(self, selection_set: SelectionSetNode | None, seen: frozenset[str] = frozenset()) -> Iterator[FieldNode]:
+        if selection_set is None:
+            return
+        for selection in selection_set.selections:
+            if isinstance(selection, FieldNode):
+                yield selection
+            elif isinstance(selection, InlineFragmentNode):
+                yield from self.fields(selection.selection_set, seen)
+            elif isinstance(selection, FragmentSpreadNode):
+                name = selection.name.value
+                if name in seen or name not in self.fragments:
+                    continue
+                yield from self.fields(self.fragments[name].selection_set, seen | {name})
+
+    def nodes(self, selection_set: SelectionSetNode | None, multiplier: int) -> int:
+        total = 0
+        for field in self.fields(selection_set):
+            name = field.name.value
+            args = self.args(field)
+            size = 1
+            if name in LISTS:
+                arg, default = LISTS[name]
+                size = args.get(arg) if args.get(arg) is not None else default
+            elif name == "papers":
+                ids = args.get("arxivIds") or []
+                size = len(ids) if isinstance(ids, list) else 1
+                if size > 100:
+                    raise UserInputError(f"arxivIds: {size} ids given; allowed at most 100", argument="arxivIds")
+            elif name == "neighbourhood":
+                depth = args.get("depth") or 2
+                per_paper = args.get("perPaper") or 10
+                size = min(MAX_NEIGHBOURHOOD_PAPERS, sum(per_paper ** h for h in range(1, depth + 1)))
+            own = multiplier * size
+            if name in LISTS or name in ("papers", "neighbourhood"):
+                total += own
+            total += self.nodes(field.selection_set, own)
+            if total > MAX_NODES * 1000:  # no need to count further
+                return total
+        return total
+
+
+def query_nodes(document: Any, operation_name: str | None, variables: dict[str, Any] | None) -> int:
+    fragments = {d.name.value: d for d in document.definitions if isinstance(d, FragmentDefinitionNode)}
+    operations = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)]
+    if operation_name is not None:
+        operations = [op for op in operations if op.name is not None and op.name.value == operation_name]
+    costing = Costing(fragments, variables or {})
+    return sum(costing.nodes(op.selection_set, 1) for op in operations[:1])
+
+
+class QueryCost(SchemaExtension):
+    """Refuses queries over the node budget before execution; reports nodes and statements after."""
+
+    def __init__(self, *, execution_context: Any = None) -> None:
+        self.nodes: int | None = None
+
+    def on_execute(self):  # type: ignore[override]
+        ctx = self.execution_context
+        error: GraphQLError | None = None
+        if ctx.graphql_document is not None:
+            try:
+                self.nodes = query_nodes(ctx.graphql_document, ctx.operation_name, ctx.variables)
+            except GraphQLError as exc:
+                error = exc
+            else:
+                if self.nodes > MAX_NODES:
+                    error = QueryCostError(
+                        f"query may touch {self.nodes} nodes; the limit is {MAX_NODES} per query "
+                        f"(lower `first`, `perPaper`, `depth` or the number of ids)",
+                        cost=self.nodes, limit=MAX_NODES)
+        if error is not None:
+            ctx.result = ExecutionResult(data=None, errors=[error])
+        yield
+
+    def get_results(self) -> dict[str, Any]:
+        context = self.execution_context.context
+        statements = getattr(getattr(context, "session", None), "statements", None)
+        return {"cost": {"nodes": self.nodes, "limit": MAX_NODES, "statements": statements}}

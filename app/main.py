@@ -1,0 +1,241 @@
+"""create_app(): the Starlette application; its lifespan opens and closes the asyncpg pool."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import uuid
+from typing import Any, AsyncIterator, Awaitable, Callable
+
+import asyncpg
+from graphql import GraphQLError
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
+from starlette.middleware.gzip import GZipMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+from strawberry.types.graphql import OperationType
+
+from app.context import Context
+from app.db.pool import Session, create_pool
+from app.logs import request_id
+from app.schema import make_schema
+from app.settings import Settings, redact_url
+
+log = logging.getLogger("pith.http")
+
+MAX_BODY_BYTES = 100_000
+MAX_VARIABLES_BYTES = 20_000
+RETRY_AFTER_SECONDS = "5"
+
+# Failures that mean the database is unreachable right now, not that the request is wrong.
+UNAVAILABLE = (
+    OSError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.ConnectionDoesNotExistError,
+    asyncpg.InterfaceError,
+    asyncpg.AdminShutdownError,
+    asyncpg.TooManyConnectionsError,
+    TimeoutError,
+)
+
+
+class RequestIdMiddleware:
+    """Give every request an id (or keep a sane X-Request-ID), put it in logs and on the response."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        given = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
+        rid = given if given and len(given) <= 64 and given.replace("-", "").isalnum() else uuid.uuid4().hex
+        token = request_id.set(rid)
+
+        async def send_with_id(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                message.setdefault("headers", [])
+                message["headers"] = list(message["headers"]) + [(b"x-request-id", rid.encode())]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            request_id.reset(token)
+
+
+def error_response(status: int, message: str, **extra: Any) -> JSONResponse:
+    headers = {"Retry-After": RETRY_AFTER_SECONDS} if status == 503 else None
+    return JSONResponse({"error": {"status": status, "message": message, **extra}}, status_code=status,
+                        headers=headers)
+
+
+class App:
+    """Holds what the handlers share: settings, the pool, the schema."""
+
+    def __init__(self, settings: Settings, dsn: str,
+                 pool_init: Callable[[asyncpg.Connection], Awaitable[None]] | None = None) -> None:
+        self.settings = settings
+        self.dsn = dsn
+        self.pool_init = pool_init
+        self.pool: asyncpg.Pool | None = None
+        self.schema = make_schema(introspection=settings.introspection, production=settings.production)
+
+    def session(self) -> Session:
+        if self.pool is None:
+            raise ConnectionError("the database pool is not open")
+        return Session.from_pool(self.pool)
+
+    # --- GraphQL -----------------------------------------------------------------------------------
+
+    async def graphql(self, request: Request) -> Response:
+        if request.method == "GET":
+            params = dict(request.query_params)
+            if "query" not in params and "text/html" in request.headers.get("accept", ""):
+                from app.web.pages import graphiql_page
+
+                return graphiql_page(request)
+            try:
+                variables = json.loads(params["variables"]) if params.get("variables") else None
+            except ValueError:
+                return error_response(400, "variables: not valid JSON; expected a JSON object")
+            body: Any = {"query": params.get("query"), "variables": variables,
+                         "operationName": params.get("operationName")}
+        else:
+            content_type = request.headers.get("content-type", "").split(";")[0].strip()
+            if content_type != "application/json":
+                return error_response(415, "send the GraphQL request as application/json "
+                                           "({\"query\": ..., \"variables\": {...}}) or use GET with ?query=")
+            raw = await request.body()
+            if len(raw) > MAX_BODY_BYTES:
+                return error_response(413, f"request body is {len(raw)} bytes; the limit is {MAX_BODY_BYTES}")
+            try:
+                body = json.loads(raw)
+            except ValueError:
+                return error_response(400, "request body is not valid JSON")
+        if isinstance(body, list):
+            return error_response(400, "batched operations are not supported; send one operation per request")
+        if not isinstance(body, dict):
+            return error_response(400, "expected a JSON object with query, variables and operationName")
+        query, variables, operation = body.get("query"), body.get("variables"), body.get("operationName")
+        if not isinstance(query, str) or not query.strip():
+            return error_response(400, "query: a GraphQL query string is required")
+        if variables is not None and not isinstance(variables, dict):
+            return error_response(400, "variables: expected a JSON object")
+        if variables and len(json.dumps(variables)) > MAX_VARIABLES_BYTES:
+            return error_response(413, f"variables are larger than {MAX_VARIABLES_BYTES} bytes")
+        if operation is not None and not isinstance(operation, str):
+            return error_response(400, "operationName: expected a string")
+
+        session = self.session()
+        context = Context(session=session)
+        allowed = {OperationType.QUERY}
+        try:
+            result = await self.schema.execute(query, variable_values=variables, context_value=context,
+                                               operation_name=operation, allowed_operation_types=allowed)
+        finally:
+            with contextlib.suppress(Exception):
+                await session.close()
+        errors = [self.format_error(e) for e in result.errors or []]
+        if any(e.get("extensions", {}).get("code") == "SERVICE_UNAVAILABLE" for e in errors):
+            return JSONResponse({"data": None, "errors": errors}, status_code=503,
+                                headers={"Retry-After": RETRY_AFTER_SECONDS})
+        payload: dict[str, Any] = {"data": result.data}
+        if errors:
+            payload["errors"] = errors
+        if result.extensions:
+            payload["extensions"] = result.extensions
+        status = 400 if result.data is None and errors else 200
+        return JSONResponse(payload, status_code=status)
+
+    def format_error(self, error: GraphQLError) -> dict[str, Any]:
+        original = error.original_error
+        if original is not None and not isinstance(original, GraphQLError):
+            if isinstance(original, UNAVAILABLE) or isinstance(original, asyncpg.QueryCanceledError):
+                log.warning("database unavailable: %s", redact_url(str(original)))
+                return {"message": "the database is unavailable; retry shortly", "path": error.path,
+                        "extensions": {"code": "SERVICE_UNAVAILABLE", "requestId": request_id.get()}}
+            log.error("unexpected error in %s", error.path, exc_info=original)
+            return {"message": f"internal error (request id {request_id.get()})", "path": error.path,
+                    "extensions": {"code": "INTERNAL_SERVER_ERROR", "requestId": request_id.get()}}
+        formatted = error.formatted
+        extensions = dict(formatted.get("extensions") or {})
+        extensions.setdefault("code", "GRAPHQL_VALIDATION_FAILED" if error.path is None else "BAD_REQUEST")
+        formatted["extensions"] = extensions
+        return formatted
+
+    # --- health ------------------------------------------------------------------------------------
+
+    async def healthz(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(self, request: Request) -> Response:
+        from app.db.migrate import pending
+
+        try:
+            if self.pool is None:
+                raise ConnectionError("pool not open")
+            async with self.pool.acquire(timeout=2) as conn:
+                missing = await conn.fetch("SELECT 1") and await pending(conn)
+        except Exception as exc:  # noqa: BLE001 - readiness reports any failure
+            return JSONResponse({"status": "unavailable", "database": "unreachable",
+                                 "detail": type(exc).__name__}, status_code=503,
+                                headers={"Retry-After": RETRY_AFTER_SECONDS})
+        if missing:
+            return JSONResponse({"status": "unavailable", "database": "reachable",
+                                 "pending_migrations": missing}, status_code=503)
+        return JSONResponse({"status": "ready", "database": "reachable", "pending_migrations": []})
+
+
+def create_app(settings: Settings | None = None, dsn: str | None = None, *,
+               pool_init: Callable[[asyncpg.Connection], Awaitable[None]] | None = None) -> Starlette:
+    settings = settings or Settings.from_env()
+    dsn = dsn or settings.database_url
+    if not dsn:
+        raise ValueError("no database: set DATABASE_URL or use `pith-graph serve` for the embedded server")
+    state = App(settings, dsn, pool_init)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        state.pool = await create_pool(settings, dsn, init=pool_init)
+        try:
+            yield
+        finally:
+            await state.pool.close()
+            state.pool = None
+
+    from app.web import routes as web_routes
+
+    routes = [
+        Route("/graphql", state.graphql, methods=["GET", "POST"]),
+        Route("/healthz", state.healthz),
+        Route("/readyz", state.readyz),
+        *web_routes.routes(state),
+    ]
+    middleware = [
+        Middleware(RequestIdMiddleware),
+        Middleware(GZipMiddleware, minimum_size=1000),
+        Middleware(CORSMiddleware, allow_origins=list(settings.cors_origins), allow_methods=["GET", "POST"],
+                   allow_headers=["content-type", "if-none-match", "x-request-id"],
+                   expose_headers=["etag", "x-request-id"], max_age=600),
+    ]
+    app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan,
+                    exception_handlers={Exception: _unhandled, **{e: _unavailable for e in UNAVAILABLE}})
+    app.state.pith = state
+    return app
+
+
+async def _unavailable(request: Request, exc: Exception) -> Response:
+    log.warning("database unavailable: %s", type(exc).__name__)
+    return error_response(503, "the database is unavailable; retry shortly")
+
+
+async def _unhandled(request: Request, exc: Exception) -> Response:
+    log.error("unhandled error on %s", request.url.path, exc_info=exc)
+    return error_response(500, f"internal error (request id {request_id.get()})")

@@ -1,0 +1,197 @@
+"""The Query root and the strawberry.Schema."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Annotated, Any
+from uuid import UUID
+
+import strawberry
+from graphql import GraphQLError
+from strawberry.extensions import MaxAliasesLimiter, MaxTokensLimiter, QueryDepthLimiter
+from strawberry.schema.config import StrawberryConfig
+from strawberry.types import Info
+
+from app.cost import MAX_NEIGHBOURHOOD_PAPERS, QueryCost
+from app.errors import UserInputError
+from app.timeparse import BadInput, parse_arxiv_id
+from app.types.enums import Direction
+from app.types.observation import CitationObservation
+from app.types.paper import Paper, check_first
+from app.types.record import CitationRecord
+from app.types.scalars import DateTime
+from loaders.dataloaders import PageRequest
+from loaders.rows import Observation
+
+log = logging.getLogger("pith.graphql")
+
+MAX_DEPTH = 15
+MAX_ALIASES = 30
+MAX_TOKENS = 5_000
+MAX_IDS = 100
+
+ArxivIdArg = Annotated[str, strawberry.argument(description="arXiv id without version, e.g. 2402.15627 or hep-th/9901001.")]
+AsOfArg = Annotated[datetime | None, strawberry.argument(
+    description="The instant to answer as of (default: now, whole seconds). Applies to everything below this field.")]
+
+
+def _arxiv_id(value: str, argument: str = "arxivId") -> str:
+    try:
+        return parse_arxiv_id(value)
+    except BadInput as exc:
+        raise UserInputError(f"{argument}: {exc}", argument=argument) from None
+
+
+@strawberry.type(description=(
+    "A bounded multi-hop walk from one paper: the papers reached and the edges followed. Each hop costs one "
+    "batched statement per direction."))
+class Neighbourhood:
+    papers: list[Paper] = strawberry.field(description="Papers reached, the start first, then in order of discovery.")
+    edges: list[CitationObservation] = strawberry.field(description="Edges followed, each once.")
+    truncated: bool = strawberry.field(description="True when perPaper or the 10,000-paper cap cut the walk.")
+
+
+async def _walk(info: Info, root: str, direction: Direction, depth: int, per_paper: int,
+                as_of: datetime) -> Neighbourhood | None:
+    loaders = info.context.loaders(as_of)
+    start = await loaders.paper.load(root)
+    if start is None:
+        return None
+    papers = {root: start}
+    edges: dict[UUID, Observation] = {}
+    truncated = False
+    frontier = [root]
+    directions = ["in", "out"] if direction is Direction.BOTH else ["in" if direction is Direction.INBOUND else "out"]
+    for _ in range(depth):
+        reached: list[str] = []
+        for d in directions:
+            loader = loaders.inbound if d == "in" else loaders.outbound
+            pages = await loader.load_many([PageRequest(a, None, per_paper + 1) for a in frontier])
+            for page in pages:
+                truncated |= len(page) > per_paper
+                for o in page[:per_paper]:
+                    neighbour = o.citing if d == "in" else o.cited
+                    if neighbour is None:
+                        continue
+                    if neighbour.arxiv_id not in papers:
+                        if len(papers) >= MAX_NEIGHBOURHOOD_PAPERS:
+                            truncated = True
+                            continue
+                        papers[neighbour.arxiv_id] = neighbour
+                        reached.append(neighbour.arxiv_id)
+                    edges.setdefault(o.observation_id, o)
+        frontier = reached
+        if not frontier:
+            break
+    return Neighbourhood(
+        papers=[Paper.of(p, as_of) for p in papers.values()],
+        edges=[CitationObservation.of(o, as_of) for o in edges.values()],
+        truncated=truncated,
+    )
+
+
+@strawberry.type(description="Ask who cites a paper, what it cites, how each reference resolved, and its standing.")
+class Query:
+    @strawberry.field(description="One paper as of an instant; null when it has no snapshot by then.")
+    async def paper(self, info: Info, arxiv_id: ArxivIdArg, as_of: AsOfArg = None) -> Paper | None:
+        at = info.context.instant(as_of)
+        found = await info.context.loaders(at).paper.load(_arxiv_id(arxiv_id))
+        return Paper.of(found, at) if found is not None else None
+
+    @strawberry.field(description="Up to 100 papers in one call, in request order; null where unknown.")
+    async def papers(
+        self, info: Info,
+        arxiv_ids: Annotated[list[str], strawberry.argument(description="1 to 100 arXiv ids.")],
+        as_of: AsOfArg = None,
+    ) -> list[Paper | None]:
+        if len(arxiv_ids) > MAX_IDS:
+            raise UserInputError(f"arxivIds: {len(arxiv_ids)} ids given; allowed at most {MAX_IDS}", argument="arxivIds")
+        at = info.context.instant(as_of)
+        ids = [_arxiv_id(a, "arxivIds") for a in arxiv_ids]
+        found = await info.context.loaders(at).paper.load_many(ids)
+        return [Paper.of(p, at) if p is not None else None for p in found]
+
+    @strawberry.field(description="One citation observation by id; null when not visible at the instant.")
+    async def observation(self, info: Info, id: Annotated[strawberry.ID, strawberry.argument(description="Observation UUID.")],
+                          as_of: AsOfArg = None) -> CitationObservation | None:
+        try:
+            key = UUID(str(id))
+        except ValueError:
+            raise UserInputError(f"id: {id!r} is not an observation id; expected a UUID", argument="id") from None
+        at = info.context.instant(as_of)
+        found = await info.context.loaders(at).observation.load(key)
+        return CitationObservation.of(found, at) if found is not None else None
+
+    @strawberry.field(description="The canonical v1 record of a paper; null when it has no snapshot by asOf.")
+    async def citation_record(self, info: Info, arxiv_id: ArxivIdArg, as_of: AsOfArg = None) -> CitationRecord | None:
+        at = info.context.instant(as_of)
+        return CitationRecord.of(await info.context.loaders(at).record.load(_arxiv_id(arxiv_id)))
+
+    @strawberry.field(description=(
+        "Papers within `depth` hops (1 to 3), following at most `perPaper` edges (1 to 100) of each paper in the "
+        "record's order, at most 10,000 papers."))
+    async def neighbourhood(
+        self, info: Info, arxiv_id: ArxivIdArg,
+        direction: Direction = Direction.INBOUND,
+        depth: Annotated[int, strawberry.argument(description="Hops, 1 to 3.")] = 2,
+        per_paper: Annotated[int, strawberry.argument(description="Edges followed per paper, 1 to 100.")] = 10,
+        as_of: AsOfArg = None,
+    ) -> Neighbourhood | None:
+        if not 1 <= depth <= 3:
+            raise UserInputError(f"depth: {depth} is out of range; allowed 1 to 3", argument="depth")
+        if not 1 <= per_paper <= 100:
+            raise UserInputError(f"perPaper: {per_paper} is out of range; allowed 1 to 100", argument="perPaper")
+        at = info.context.instant(as_of)
+        return await _walk(info, _arxiv_id(arxiv_id), direction, depth, per_paper, at)
+
+    @strawberry.field(description="Full-text search over titles as of the instant, best match first.")
+    async def search_papers(
+        self, info: Info,
+        query: Annotated[str, strawberry.argument(description="Words; quotes and - work as in web search.")],
+        first: Annotated[int, strawberry.argument(description="How many, 1 to 100.")] = 10,
+        as_of: AsOfArg = None,
+    ) -> list[Paper]:
+        from loaders.papers import search_papers
+
+        check_first(first)
+        if not query.strip() or len(query) > 500:
+            raise UserInputError("query: give 1 to 500 characters of search words", argument="query")
+        at = info.context.instant(as_of)
+        found = await search_papers(info.context.session, query, at, first)
+        loaders = info.context.loaders(at)
+        for p in found:
+            loaders.paper.prime(p.arxiv_id, p)
+        return [Paper.of(p, at) for p in found]
+
+
+class Schema(strawberry.Schema):
+    """Logs only unexpected errors: a client's bad input is the client's answer, not an incident."""
+
+    def process_errors(self, errors: list[GraphQLError], execution_context: Any = None) -> None:
+        for error in errors:
+            original = error.original_error
+            if original is not None and not isinstance(original, GraphQLError):
+                log.error("error in %s: %s", error.path, type(original).__name__, exc_info=original)
+
+
+def make_schema(*, introspection: bool = True, production: bool = False) -> strawberry.Schema:
+    from strawberry.extensions import DisableIntrospection
+
+    extensions: list = [
+        lambda: QueryDepthLimiter(max_depth=MAX_DEPTH),
+        lambda: MaxAliasesLimiter(max_alias_count=MAX_ALIASES),
+        lambda: MaxTokensLimiter(max_token_count=MAX_TOKENS),
+        QueryCost,
+    ]
+    if not introspection:
+        extensions.append(DisableIntrospection)
+    return Schema(
+        query=Query,
+        extensions=extensions,
+        scalar_overrides={datetime: DateTime},
+        config=StrawberryConfig(disable_field_suggestions=production),
+    )
+
+
+schema = make_schema()

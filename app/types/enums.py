@@ -1,0 +1,39 @@
+"""Enumerations of the API."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+import strawberry
+
+
+@strawberry.enum(description="How well a reference was resolved to a work.")
+class ResolutionStatus(Enum):
+    VERIFIED_EXACT = "verified_exact"
+    VERIFIED_FUZZY = "verified_fuzzy"
+    UNRESOLVED = "unresolved"
+    PARSE_UNCERTAIN = "parse_uncertain"
+    MALFORMED_IDENTIFIER = "malformed_identifier"
+    METADATA_MISMATCH = "metadata_mismatch"
+
+
+@strawberry.enum(description="Whether the cited work's standing was checked.")
+class StandingState(Enum):
+    MEASURED = "measured"
+    UNAVAILABLE = "unavailable"
+
+
+@strawberry.enum(description="A source-reported event on a work.")
+class WorkEventType(Enum):
+    RETRACTION = "retraction"
+    CORRECTION = "correction"
+    EXPRESSION_OF_CONCERN = "expression_of_concern"
+    WITHDRAWAL = "withdrawal"
+    REINSTATEMENT = "reinstatement"
+
+
+@strawberry.enum(description="Which edges a traversal follows: citing papers (INBOUND), cited papers (OUTBOUND), or both.")
+class Direction(Enum):
+    INBOUND = "inbound"
+    OUTBOUND = "outbound"
+    BOTH = "both"

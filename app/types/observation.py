@@ -1,0 +1,106 @@
+"""CitationObservation and its connection: one reference of a citing paper, with provenance."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+import strawberry
+from strawberry.types import Info
+
+from app import cursors, record
+from app.types.paper import Paper
+from app.types.resolution import Resolution
+from app.types.standing import StandingNotice
+from app.types.work import Work
+from loaders.dataloaders import CountRequest, PageRequest
+from loaders.rows import Observation
+
+
+@strawberry.type(description=(
+    "One reference of a citing paper as observed by a source: the edge, with its reference number, resolution, "
+    "the work it points at and a standing notice on that work."))
+class CitationObservation:
+    row: strawberry.Private[Observation]
+    as_of: strawberry.Private[datetime]
+    id: strawberry.ID = strawberry.field(description="Observation id (UUID).")
+    reference_index: int = strawberry.field(description="The reference's number in the citing paper's bibliography.")
+    source: str = strawberry.field(description="How the reference was extracted (e.g. pdf_text).")
+    source_observed_at: datetime = strawberry.field(description="When the reference was parsed.")
+
+    @classmethod
+    def of(cls, row: Observation, as_of: datetime) -> "CitationObservation":
+        return cls(row=row, as_of=as_of, id=strawberry.ID(str(row.observation_id)),
+                   reference_index=row.reference_index, source=row.source, source_observed_at=row.source_observed_at)
+
+    @strawberry.field(description="The citing paper, as of the instant.")
+    def citing_paper(self) -> Paper:
+        return Paper.of(self.row.citing, self.as_of)
+
+    @strawberry.field(description="The cited Pith paper, as of the instant; null when the reference is to no Pith paper.")
+    def cited_paper(self) -> Paper | None:
+        return Paper.of(self.row.cited, self.as_of) if self.row.cited is not None else None
+
+    @strawberry.field(description="The work the reference points at (or what was printed, when unlinked).")
+    def cited_work(self) -> Work:
+        return Work.of(self.row)
+
+    @strawberry.field(description="The latest resolution at the instant.")
+    def resolution(self) -> Resolution:
+        return Resolution.of(self.row.resolution)
+
+    @strawberry.field(description="One-hop check of the cited work's standing (retractions, corrections, ...).")
+    async def standing_notice(self, info: Info) -> StandingNotice:
+        work = self.row.work
+        standing = await info.context.loaders(self.as_of).standing.load(work.work_id) if work is not None else None
+        return StandingNotice.of(self.row, standing)
+
+    @strawberry.field(description="observation_digest of this observation in the v1 record (sha256 of its canonical JSON).")
+    async def digest(self, info: Info) -> str:
+        work = self.row.work
+        standing = {}
+        if work is not None:
+            standing[work.work_id] = await info.context.loaders(self.as_of).standing.load(work.work_id)
+        return record.observation(self.row, standing)["observation_digest"]
+
+
+@strawberry.type(description="An edge of a citation connection.")
+class CitationEdge:
+    cursor: str = strawberry.field(description="Opaque cursor of this edge; pass it as `after` to continue after it.")
+    node: CitationObservation = strawberry.field(description="The observation.")
+
+
+@strawberry.type(description="Paging state of a connection.")
+class PageInfo:
+    has_next_page: bool = strawberry.field(description="Whether more edges follow this page.")
+    end_cursor: str | None = strawberry.field(description="Cursor of the last edge of this page.")
+
+
+@strawberry.type(description="A page of citation observations, with the total the filters select, from one snapshot.")
+class CitationConnection:
+    request: strawberry.Private[PageRequest]
+    direction: strawberry.Private[str]
+    as_of: strawberry.Private[datetime]
+
+    async def _page(self, info: Info) -> list[Observation]:
+        loaders = info.context.loaders(self.as_of)
+        return await (loaders.inbound if self.direction == "in" else loaders.outbound).load(self.request)
+
+    @strawberry.field(description="How many edges the filters select in all (not only this page).")
+    async def total_count(self, info: Info) -> int:
+        r = self.request
+        key = CountRequest(r.arxiv_id, self.direction, r.statuses, r.cites_retracted)
+        return await info.context.loaders(self.as_of).count.load(key)
+
+    @strawberry.field(description="The edges of this page, in the connection's documented order.")
+    async def edges(self, info: Info) -> list[CitationEdge]:
+        page = (await self._page(info))[: self.request.limit - 1]
+        return [CitationEdge(cursor=cursors.encode(self.direction, o), node=CitationObservation.of(o, self.as_of))
+                for o in page]
+
+    @strawberry.field(description="Whether there is a next page, and where it starts.")
+    async def page_info(self, info: Info) -> PageInfo:
+        page = await self._page(info)
+        shown = page[: self.request.limit - 1]
+        return PageInfo(has_next_page=len(page) > len(shown),
+                        end_cursor=cursors.encode(self.direction, shown[-1]) if shown else None)

@@ -1,0 +1,97 @@
+"""Paper: an arXiv paper as of the instant, with its inbound and outbound citation connections."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Annotated
+
+import strawberry
+from strawberry.types import Info
+
+from app import cursors
+from app.errors import UserInputError
+from app.types.enums import ResolutionStatus
+from app.types.measurement import ExternalCitationMeasurement
+from loaders.dataloaders import PageRequest
+from loaders.rows import PaperSnapshot
+
+if TYPE_CHECKING:
+    from app.types.observation import CitationConnection
+    from app.types.record import CitationRecord
+
+MAX_FIRST = 100
+
+
+def check_first(first: int) -> int:
+    if not 1 <= first <= MAX_FIRST:
+        raise UserInputError(f"first: {first} is out of range; allowed 1 to {MAX_FIRST}", argument="first")
+    return first
+
+
+def _statuses(status: list[ResolutionStatus] | None) -> tuple[str, ...] | None:
+    return None if status is None else tuple(sorted({s.value for s in status}))
+
+
+@strawberry.type(description="An arXiv paper as of the request's instant: its latest metadata snapshot by then.")
+class Paper:
+    snapshot: strawberry.Private[PaperSnapshot]
+    as_of: strawberry.Private[datetime]
+    arxiv_id: str = strawberry.field(description="arXiv identifier, without version.")
+    title: str = strawberry.field(description="Title.")
+    latest_version: int = strawberry.field(description="Latest arXiv version known at the instant.")
+    primary_category: str | None = strawberry.field(description="Primary arXiv category, when known.")
+    submitted_at: datetime = strawberry.field(description="When version 1 was submitted.")
+    last_updated: datetime = strawberry.field(description="When the latest version was submitted.")
+    snapshot_observed_at: datetime = strawberry.field(description="When this metadata snapshot was observed.")
+
+    @classmethod
+    def of(cls, snapshot: PaperSnapshot, as_of: datetime) -> "Paper":
+        return cls(snapshot=snapshot, as_of=as_of, arxiv_id=snapshot.arxiv_id, title=snapshot.title,
+                   latest_version=snapshot.latest_version, primary_category=snapshot.primary_category,
+                   submitted_at=snapshot.submitted_at, last_updated=snapshot.last_updated,
+                   snapshot_observed_at=snapshot.observed_at)
+
+    @strawberry.field(description=(
+        "Observations of papers citing this one, ordered by citing arXiv id, reference index, then observation id "
+        "(the record's order). Keyset cursors: any page costs what the first does."))
+    def inbound(
+        self,
+        first: Annotated[int, strawberry.argument(description="Page size, 1 to 100.")] = 100,
+        after: Annotated[str | None, strawberry.argument(description="endCursor of the previous page.")] = None,
+        status: Annotated[list[ResolutionStatus] | None,
+                          strawberry.argument(description="Only edges whose resolution has one of these statuses.")] = None,
+    ) -> Annotated["CitationConnection", strawberry.lazy("app.types.observation")]:
+        from app.types.observation import CitationConnection
+
+        request = PageRequest(self.arxiv_id, cursors.decode("in", after), check_first(first) + 1, _statuses(status))
+        return CitationConnection(request=request, direction="in", as_of=self.as_of)
+
+    @strawberry.field(description="This paper's references, ordered by reference index, then observation id.")
+    def outbound(
+        self,
+        first: Annotated[int, strawberry.argument(description="Page size, 1 to 100.")] = 100,
+        after: Annotated[str | None, strawberry.argument(description="endCursor of the previous page.")] = None,
+        status: Annotated[list[ResolutionStatus] | None,
+                          strawberry.argument(description="Only edges whose resolution has one of these statuses.")] = None,
+        cites_retracted: Annotated[bool | None, strawberry.argument(description=(
+            "true: only references to works whose latest retraction, withdrawal or reinstatement event is a "
+            "retraction or withdrawal; false: only the others."))] = None,
+    ) -> Annotated["CitationConnection", strawberry.lazy("app.types.observation")]:
+        from app.types.observation import CitationConnection
+
+        request = PageRequest(self.arxiv_id, cursors.decode("out", after), check_first(first) + 1, _statuses(status),
+                              cites_retracted)
+        return CitationConnection(request=request, direction="out", as_of=self.as_of)
+
+    @strawberry.field(description="Each source's latest citation count at the instant, by source; never summed.")
+    async def external_citation_measurements(self, info: Info) -> list[ExternalCitationMeasurement]:
+        found = await info.context.loaders(self.as_of).measurements.load(self.arxiv_id)
+        return [ExternalCitationMeasurement(source=m.source, count=m.count, observed_at=m.observed_at)
+                for m in sorted(found, key=lambda m: m.source)]
+
+    @strawberry.field(description="This paper's canonical v1 citation record at the same instant.")
+    async def citation_record(self, info: Info) -> Annotated["CitationRecord", strawberry.lazy("app.types.record")]:
+        from app.types.record import CitationRecord
+
+        rows = await info.context.loaders(self.as_of).record.load(self.arxiv_id)
+        return CitationRecord.of(rows)

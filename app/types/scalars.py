@@ -1,0 +1,42 @@
+"""The DateTime and JSON scalars."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any, NewType
+
+import strawberry
+
+from app.errors import UserInputError
+from app.timeparse import BadInput, parse_as_of
+
+
+def _serialize(value: datetime) -> str:
+    return value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def _parse(value: Any) -> datetime:
+    if not isinstance(value, str):
+        raise UserInputError(f"DateTime must be a string, e.g. 2026-08-05T04:52:00Z; found {value!r}")
+    try:
+        return parse_as_of(value)
+    except BadInput as exc:
+        raise UserInputError(str(exc)) from None
+
+
+DateTime = strawberry.scalar(
+    datetime,
+    name="DateTime",
+    description=("An instant in ISO 8601 with a time zone, e.g. 2026-08-05T04:52:00Z. Results are in UTC with Z; "
+                 "inputs are truncated to whole seconds."),
+    serialize=_serialize,
+    parse_value=_parse,
+)
+
+JSON = strawberry.scalar(
+    NewType("JSON", object),
+    name="JSON",
+    description="A JSON value, as is.",
+    serialize=lambda v: v,
+    parse_value=lambda v: v,
+)

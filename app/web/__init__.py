@@ -1,0 +1,1 @@
+"""The web face: record JSON and HTML pages, GraphiQL from vendored files."""

@@ -1,0 +1,72 @@
+"""Server-rendered pages that are not records: GraphiQL."""
+
+from __future__ import annotations
+
+import html
+import json
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse
+
+DEFAULT_QUERY = """# Who cites MegaScale, how well was each reference resolved, and is the cited work in good standing?
+query Citations($id: String! = "2402.15627") {
+  paper(arxivId: $id) {
+    title
+    latestVersion
+    inbound(first: 5) {
+      totalCount
+      edges {
+        node {
+          referenceIndex
+          citingPaper { arxivId title }
+          resolution { status resolverSource observedAt }
+          standingNotice { state reason observation }
+        }
+      }
+      pageInfo { hasNextPage endCursor }
+    }
+    externalCitationMeasurements { source count observedAt }
+    citationRecord { contextDigest thesis }
+  }
+}
+"""
+
+GRAPHIQL = """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>GraphiQL · pith-graph</title>
+<link rel="stylesheet" href="/static/vendor/graphiql.min.css">
+<style>html, body, #graphiql { height: 100%; margin: 0; }</style>
+</head>
+<body>
+<div id="graphiql">Loading GraphiQL…</div>
+<script src="/static/vendor/react.production.min.js"></script>
+<script src="/static/vendor/react-dom.production.min.js"></script>
+<script src="/static/vendor/graphiql.min.js"></script>
+<script>
+  const fetcher = GraphiQL.createFetcher({ url: "/graphql" });
+  const root = ReactDOM.createRoot(document.getElementById("graphiql"));
+  root.render(React.createElement(GraphiQL, {
+    fetcher,
+    defaultQuery: __DEFAULT_QUERY__,
+    defaultEditorToolsVisibility: true,
+  }));
+</script>
+</body>
+</html>
+"""
+
+
+def graphiql_page(request: Request, query: str | None = None) -> HTMLResponse:
+    # json.dumps, then escape "</" so no string can close the script element.
+    literal = json.dumps(query or DEFAULT_QUERY).replace("</", "<\\/")
+    return HTMLResponse(GRAPHIQL.replace("__DEFAULT_QUERY__", literal),
+                        headers={"Cache-Control": "no-cache", "Content-Security-Policy": _CSP})
+
+
+_CSP = ("default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
+        "img-src 'self' data:; connect-src 'self'; font-src 'self' data:")
+
+__all__ = ["graphiql_page", "DEFAULT_QUERY", "html"]

