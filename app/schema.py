@@ -20,7 +20,7 @@ from app.types.enums import Direction
 from app.types.observation import CitationObservation
 from app.types.paper import Paper, check_first
 from app.types.record import CitationRecord
-from app.types.scalars import DateTime
+from app.types.scalars import SCALARS
 from loaders.dataloaders import PageRequest
 from loaders.rows import Observation
 
@@ -189,8 +189,7 @@ def make_schema(*, introspection: bool = True, production: bool = False) -> stra
     return Schema(
         query=Query,
         extensions=extensions,
-        scalar_overrides={datetime: DateTime},
-        config=StrawberryConfig(disable_field_suggestions=production),
+        config=StrawberryConfig(disable_field_suggestions=production, scalar_map=SCALARS),
     )
 
 

@@ -417,7 +417,8 @@ def _instants(paper: PaperSnapshot, observations: list[Observation], measurement
 def _expect_same(expected: Any, found: Any, path: str) -> None:
     """Raise at the first place where the document differs from what its facts rebuild to."""
     if isinstance(expected, dict) and isinstance(found, dict):
-        for key in sorted(set(expected) | set(found)):
+        # Digests last: a changed field is named where it is, not as the digest it breaks.
+        for key in sorted(set(expected) | set(found), key=lambda k: (k.endswith("_digest"), k)):
             if key not in found:
                 raise DocumentError(f"{path}.{key}", f"missing; expected {record.canonical(expected[key])}")
             if key not in expected:

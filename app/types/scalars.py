@@ -24,8 +24,9 @@ def _parse(value: Any) -> datetime:
         raise UserInputError(str(exc)) from None
 
 
-DateTime = strawberry.scalar(
-    datetime,
+JSON = NewType("JSON", object)
+
+DATETIME = strawberry.scalar(
     name="DateTime",
     description=("An instant in ISO 8601 with a time zone, e.g. 2026-08-05T04:52:00Z. Results are in UTC with Z; "
                  "inputs are truncated to whole seconds."),
@@ -33,10 +34,11 @@ DateTime = strawberry.scalar(
     parse_value=_parse,
 )
 
-JSON = strawberry.scalar(
-    NewType("JSON", object),
+JSON_SCALAR = strawberry.scalar(
     name="JSON",
     description="A JSON value, as is.",
     serialize=lambda v: v,
     parse_value=lambda v: v,
 )
+
+SCALARS = {datetime: DATETIME, JSON: JSON_SCALAR}
