@@ -133,7 +133,8 @@ class Query:
         "record's order, at most 10,000 papers."))
     async def neighbourhood(
         self, info: Info, arxiv_id: ArxivIdArg,
-        direction: Direction = Direction.INBOUND,
+        direction: Annotated[Direction, strawberry.argument(
+            description="INBOUND follows citing papers, OUTBOUND cited papers, BOTH both.")] = Direction.INBOUND,
         depth: Annotated[int, strawberry.argument(description="Hops, 1 to 3.")] = 2,
         per_paper: Annotated[int, strawberry.argument(description="Edges followed per paper, 1 to 100.")] = 10,
         as_of: AsOfArg = None,

@@ -170,3 +170,85 @@ def seed_bytes() -> bytes:
 
 def aug9_documents() -> list[dict]:
     return [json.loads(line) for line in AUG9.read_text().splitlines() if line.strip()]
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def graph_url(admin_url: str) -> AsyncIterator[str]:
+    """Graphs of known shape: a 250-in/150-out hub, and citation trees of fan-out 100 and 5."""
+    from tests.graphs import hub, tree
+
+    url = await create_database(admin_url, "pith_test_g")
+    conn = await asyncpg.connect(url)
+    try:
+        await hub(HUB, inbound=250, outbound=150).write(conn)
+        await tree(WIDE_TREE, fanout=100, levels=2, prefix=7000).write(conn)
+        await tree(NARROW_TREE, fanout=5, levels=2, prefix=6000).write(conn)
+    finally:
+        await conn.close()
+    yield url
+    await drop_database(admin_url, url)
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def graph(graph_url: str, statements: StatementLog) -> AsyncIterator[Served]:
+    async for s in serve(graph_url, statements):
+        yield s
+
+
+HUB = "8800.00001"
+WIDE_TREE = "7000.00000"
+NARROW_TREE = "6000.00000"
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LiveServer:
+    """`pith-graph serve` in a subprocess, on a free port of 127.0.0.1."""
+
+    def __init__(self, database_url: str, env: dict[str, str] | None = None) -> None:
+        import subprocess
+        import sys
+
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "serve", "--port", str(self.port)],
+            env={**os.environ, "DATABASE_URL": database_url, **(env or {})},
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )
+        import time
+
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError("server exited: " + self.process.stderr.read().decode())
+            try:
+                if httpx.get(self.base + "/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        self.stop()
+        raise RuntimeError("server did not start in 30 s")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except Exception:  # noqa: BLE001
+                self.process.kill()
+        if self.process.stderr:
+            self.process.stderr.close()
+
+
+@pytest.fixture(scope="session")
+def live(database_url: str):
+    server = LiveServer(database_url)
+    yield server
+    server.stop()
