@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import signal
 import sys
 from dataclasses import replace
 from datetime import datetime
@@ -80,6 +81,9 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         asyncio.run(_load(dsn, sample_files(), quiet=True))
         log.info("loaded the bundled sample records")
     app = create_app(settings, dsn=dsn)
+    # uvicorn re-raises SIGTERM after its graceful shutdown; exiting normally instead lets the
+    # embedded server's exit handler stop PostgreSQL.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     print(f"pith-graph serving on http://{settings.host}:{settings.port}/graphql (GraphiQL in a browser)",
           file=sys.stderr, flush=True)
     uvicorn.run(app, host=settings.host, port=settings.port, workers=1, log_level="warning",

