@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import time
 import uuid
 from typing import Any, AsyncIterator, Awaitable, Callable
 
@@ -27,6 +28,7 @@ from app.schema import make_schema
 from app.settings import Settings, redact_url
 
 log = logging.getLogger("pith.http")
+access = logging.getLogger("pith.access")
 
 MAX_BODY_BYTES = 100_000
 MAX_VARIABLES_BYTES = 20_000
@@ -64,9 +66,20 @@ class RequestIdMiddleware:
                 message["headers"] = list(message["headers"]) + [(b"x-request-id", rid.encode())]
             await send(message)
 
+        started = time.monotonic()
+        status = 0
+
+        async def send_logged(message: dict) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send_with_id(message)
+
         try:
-            await self.app(scope, receive, send_with_id)
+            await self.app(scope, receive, send_logged)
         finally:
+            access.info("%s %s %s %.1fms", scope["method"], scope["path"], status,
+                        (time.monotonic() - started) * 1000)
             request_id.reset(token)
 
 
@@ -97,10 +110,12 @@ class App:
     async def graphql(self, request: Request) -> Response:
         if request.method == "GET":
             params = dict(request.query_params)
-            if "query" not in params and "text/html" in request.headers.get("accept", ""):
+            from app.web.routes import wants_html
+
+            if wants_html(request):
                 from app.web.pages import graphiql_page
 
-                return graphiql_page(request)
+                return graphiql_page(request, params.get("query"))
             try:
                 variables = json.loads(params["variables"]) if params.get("variables") else None
             except ValueError:
@@ -226,7 +241,8 @@ def create_app(settings: Settings | None = None, dsn: str | None = None, *,
                    expose_headers=["etag", "x-request-id"], max_age=600),
     ]
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan,
-                    exception_handlers={Exception: _unhandled, **{e: _unavailable for e in UNAVAILABLE}})
+                    exception_handlers={Exception: _unhandled, 404: web_routes.not_found, 405: web_routes.not_found,
+                                        **{e: _unavailable for e in UNAVAILABLE}})
     app.state.pith = state
     return app
 

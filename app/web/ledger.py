@@ -7,6 +7,7 @@ from typing import Any
 from urllib.parse import quote
 
 from app.web.layout import page, time_tag
+from loaders.rows import STATUSES
 
 
 def _spaces(name: str) -> str:
@@ -15,7 +16,7 @@ def _spaces(name: str) -> str:
 
 def _paper_link(paper: dict[str, Any] | None) -> str:
     if paper is None:
-        return '<span class="muted">not a Pith paper</span>'
+        return ""
     return f'<a href="/paper/{quote(paper["arxiv_id"])}">{escape(paper["title"])}</a>'
 
 
@@ -86,7 +87,7 @@ def render_ledger(document: dict[str, Any]) -> str:
     paper = document["paper"]
     arxiv_id = paper["arxiv_id"]
     rr = document["reference_resolution"]
-    counts = "".join(f"<div><dt>{_spaces(s)}</dt><dd>{n}</dd></div>" for s, n in rr["state_counts"].items())
+    counts = "".join(f"<div><dt>{_spaces(s)}</dt><dd>{rr['state_counts'][s]}</dd></div>" for s in STATUSES)
     measurements = "".join(
         f'<li><data class="count" value="{m["count"]}">{m["count"]}</data> '
         f'<span>{escape(m["source"])}{_observed(m["observed_at"])}</span></li>'

@@ -1,26 +1,40 @@
-"""HTTP routes of records and pages."""
+"""HTTP routes of records and pages: JSON for programs, HTML for people, the same data behind both."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import hashlib
+import json
+from html import escape
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, urlencode
 
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from app import record
-from app.timeparse import BadInput, now_as_of, parse_arxiv_id, parse_as_of
+from app.timeparse import ARXIV_ID_RULE, AS_OF_RULE, BadInput, now_as_of, parse_arxiv_id, parse_as_of
+from app.web.layout import TEMPLATE_VERSION, page, time_tag
+from app.web.ledger import render_ledger
+from loaders.evidence import evidence
+from loaders.papers import search_papers
 from loaders.record import record_rows
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from app.main import App
 
 STATIC = __file__.rsplit("/", 1)[0] + "/static"
+CACHE_RECORD = "public, max-age=60"
 
 
-def etag_of(document: dict) -> str:
-    return 'W/"' + document["context_digest"].removeprefix("sha256:") + '"'
+def etag_of(*parts: str) -> str:
+    if len(parts) == 1 and parts[0].startswith("sha256:"):
+        return 'W/"' + parts[0].removeprefix("sha256:") + '"'
+    return 'W/"' + hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:40] + '"'
 
 
 def not_modified(request: Request, etag: str) -> bool:
@@ -28,37 +42,242 @@ def not_modified(request: Request, etag: str) -> bool:
     return any(tag.strip() in (etag, etag.removeprefix("W/"), "*") for tag in given.split(","))
 
 
-def routes(app: "App") -> list:
+def wants_html(request: Request) -> bool:
+    accept = request.headers.get("accept", "")
+    return "text/html" in accept and "application/json" not in accept.split(",")[0]
+
+
+class BadRequest(Exception):
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+
+class NotFound(Exception):
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+
+def error_page(status: int, title: str, message: str) -> HTMLResponse:
+    body = (f'<h1>{escape(title)}</h1><p>{escape(message)}</p>'
+            '<p>Accepted arXiv ids: ' + escape(ARXIV_ID_RULE) + '.</p>'
+            '<p>Accepted instants (<code>as_of</code>): ' + escape(AS_OF_RULE) + '.</p>'
+            '<p><a href="/">Search the citation graph</a></p>')
+    return HTMLResponse(page(title, body), status_code=status)
+
+
+def error_for(request: Request, status: int, message: str, **extra: Any) -> Response:
     from app.main import error_response
 
-    async def load_document(request: Request) -> dict | Response:
-        try:
-            arxiv_id = parse_arxiv_id(request.path_params["arxiv_id"])
-            raw_as_of = request.query_params.get("as_of")
-            as_of = parse_as_of(raw_as_of) if raw_as_of is not None else now_as_of()
-        except BadInput as exc:
-            return error_response(400, str(exc))
+    if wants_html(request):
+        return error_page(status, {400: "Bad request", 404: "Not found"}.get(status, "Error"), message)
+    return error_response(status, message, **extra)
+
+
+def _arguments(request: Request) -> tuple[str, "datetime", bool]:
+    try:
+        arxiv_id = parse_arxiv_id(request.path_params["arxiv_id"])
+        raw = request.query_params.get("as_of")
+        return arxiv_id, parse_as_of(raw) if raw is not None else now_as_of(), raw is not None
+    except BadInput as exc:
+        raise BadRequest(str(exc)) from None
+
+
+def routes(app: "App") -> list:
+    async def document_for(request: Request) -> tuple[dict, bool]:
+        arxiv_id, as_of, pinned = _arguments(request)
         session = app.session()
         try:
             (rows,) = await record_rows(session, [arxiv_id], as_of)
         finally:
             await session.close()
         if rows is None:
-            return error_response(404, f"no paper {arxiv_id} is known as of {record.as_of_text(as_of)}",
-                                  arxiv_id=arxiv_id, as_of=record.as_of_text(as_of))
-        return record.build_record(rows)
+            raise NotFound(f"no paper {arxiv_id} is known as of {record.as_of_text(as_of)}")
+        return record.build_record(rows), pinned
 
-    async def record_json(request: Request) -> Response:
-        document = await load_document(request)
-        if isinstance(document, Response):
-            return document
-        etag = etag_of(document)
-        headers = {"ETag": etag, "Cache-Control": "public, max-age=60"}
+    def handled(handler):
+        async def endpoint(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except BadRequest as exc:
+                return error_for(request, 400, exc.message)
+            except NotFound as exc:
+                return error_for(request, 404, exc.message)
+
+        return endpoint
+
+    def cached(request: Request, etag: str, make: Any, pinned: bool) -> Response:
+        # A record pinned to an instant never changes; "now" changes with the data.
+        headers = {"ETag": etag, "Cache-Control": "public, max-age=86400" if pinned else CACHE_RECORD,
+                   "Vary": "Accept"}
         if not_modified(request, etag):
             return Response(status_code=304, headers=headers)
-        return Response(record.canonical_bytes(document), media_type="application/json", headers=headers)
+        response = make()
+        response.headers.update(headers)
+        return response
+
+    async def record_json(request: Request) -> Response:
+        document, pinned = await document_for(request)
+        return cached(request, etag_of(document["context_digest"]),
+                      lambda: Response(record.canonical_bytes(document), media_type="application/json"), pinned)
+
+    async def record_html(request: Request) -> Response:
+        document, pinned = await document_for(request)
+        etag = etag_of("ledger", TEMPLATE_VERSION, document["context_digest"], document["as_of"])
+        return cached(request, etag, lambda: HTMLResponse(render_ledger(document)), pinned)
+
+    async def integrity(request: Request) -> Response:
+        document, _ = await document_for(request)
+        raw = record.canonical_bytes(document)
+        parsed = json.loads(raw)
+        checks = []
+        for direction in ("inbound", "outbound"):
+            for o in parsed[direction]:
+                again = record.observation_digest(o)
+                checks.append({"observation_id": o["observation_id"], "direction": direction,
+                               "stated": o["observation_digest"], "recomputed": again,
+                               "matches": again == o["observation_digest"]})
+        context = record.context_digest(parsed)
+        result = {
+            "arxiv_id": parsed["paper"]["arxiv_id"],
+            "as_of": parsed["as_of"],
+            "record": document["links"]["json"] + "?" + urlencode({"as_of": parsed["as_of"]}),
+            "record_sha256": "sha256:" + hashlib.sha256(raw).hexdigest(),
+            "rules": {
+                "canonical_json": "json.dumps(value, sort_keys=True, separators=(',', ':'), ensure_ascii=False), "
+                                  "UTF-8, no trailing newline",
+                "observation_digest": "'sha256:' + hex(sha256(canonical(observation without observation_digest)))",
+                "context_digest": "'sha256:' + hex(sha256(canonical(document without context_digest and "
+                                  "without as_of)))",
+            },
+            "context_digest": {"stated": parsed["context_digest"], "recomputed": context,
+                               "matches": context == parsed["context_digest"]},
+            "observations": checks,
+            "all_match": context == parsed["context_digest"] and all(c["matches"] for c in checks),
+        }
+        return JSONResponse(result, headers={"Cache-Control": CACHE_RECORD})
+
+    async def paper_page(request: Request) -> Response:
+        document, pinned = await document_for(request)
+        p = document["paper"]
+        as_of = document["as_of"]
+        summary = {
+            "paper": p,
+            "as_of": as_of,
+            "counts": {
+                "inbound": document["coverage"][2]["denominator"],
+                "outbound": document["reference_resolution"]["total_outbound_references"],
+                "external_citation_measurements": document["external_citation_measurements"],
+            },
+            "record": {"context_digest": document["context_digest"], "thesis": document["thesis"]},
+            "links": {**document["links"], "graphql": graphiql_link(p["arxiv_id"])},
+        }
+        etag = etag_of("paper", TEMPLATE_VERSION, document["context_digest"], as_of)
+        if not wants_html(request):
+            return cached(request, etag, lambda: JSONResponse(summary), pinned)
+        q = "?" + urlencode({"as_of": as_of})
+        measurements = "".join(f"<li>{m['count']} from {escape(m['source'])}, observed {time_tag(m['observed_at'])}</li>"
+                               for m in document["external_citation_measurements"]) or "<li>none recorded</li>"
+        versions = ", ".join(f"v{v}" for v in range(1, p["latest_version"] + 1))
+        body = f"""
+<p class="kicker">arXiv:{escape(p["arxiv_id"])}</p>
+<h1>{escape(p["title"])}</h1>
+<dl class="counts">
+<div><dt>Versions</dt><dd>{versions}</dd></div>
+<div><dt>Primary category</dt><dd>{escape(p["primary_category"] or "unknown")}</dd></div>
+<div><dt>Submitted</dt><dd>{time_tag(p["submitted_at"])}</dd></div>
+<div><dt>Last updated</dt><dd>{time_tag(p["last_updated"])}</dd></div>
+<div><dt>Pith citing observations</dt><dd>{summary["counts"]["inbound"]}</dd></div>
+<div><dt>Outbound references</dt><dd>{summary["counts"]["outbound"]}</dd></div>
+</dl>
+<h2>External citation measurements</h2><ul>{measurements}</ul>
+<h2>Latest citation record</h2>
+<p class="thesis">{escape(document["thesis"])}</p>
+<p>Context digest <code>{escape(document["context_digest"])}</code></p>
+<ul>
+<li><a href="{document["links"]["html"]}{q}">Ledger (HTML)</a></li>
+<li><a href="{document["links"]["json"]}{q}">Canonical record (JSON)</a></li>
+<li><a href="{document["links"]["integrity"]}{q}">Integrity check</a></li>
+<li><a href="{escape(summary["links"]["graphql"])}">Explore in GraphiQL</a></li>
+</ul>
+<p class="formats">As of {time_tag(as_of)}; snapshot observed {time_tag(p["snapshot_observed_at"])}</p>
+"""
+        return cached(request, etag, lambda: HTMLResponse(page(p["title"], body)), pinned)
+
+    async def home(request: Request) -> Response:
+        query = request.query_params.get("q", "").strip()
+        results = ""
+        if query:
+            if len(query) > 500:
+                raise BadRequest("search: give 1 to 500 characters of search words")
+            session = app.session()
+            try:
+                found = await search_papers(session, query, now_as_of(), 25)
+            finally:
+                await session.close()
+            items = "".join(
+                f'<li><a href="/paper/{quote(p.arxiv_id)}">{escape(p.title)}</a> '
+                f'<span class="muted">arXiv:{escape(p.arxiv_id)} v{p.latest_version}</span> · '
+                f'<a href="/paper/{quote(p.arxiv_id)}/citation-record">ledger</a></li>'
+                for p in found)
+            results = (f'<h2>Results for “{escape(query)}”</h2>'
+                       + (f'<ul class="results">{items}</ul>' if items else "<p>No paper title matches.</p>"))
+        body = f"""
+<h1>The citation graph, as of any instant</h1>
+<p>Who cites a paper, what it cites, how well each reference was resolved, and whether a cited work was
+retracted, with the source and time of every fact. Every record is a canonical, hashed document anyone can verify.</p>
+<form class="search" action="/" method="get" role="search">
+<label for="q" class="muted">Search titles</label>
+<input id="q" type="search" name="q" value="{escape(query)}" placeholder="e.g. megascale training" maxlength="500">
+<button type="submit">Search</button></form>
+{results}
+<h2>Explore</h2>
+<ul>
+<li><a href="/paper/2402.15627/citation-record">A sample ledger: arXiv:2402.15627</a></li>
+<li><a href="/graphql">GraphiQL</a>: the GraphQL API, with a sample query</li>
+<li><a href="/evidence">Evidence</a>: the sources behind the facts, and when each was last observed</li>
+</ul>
+"""
+        return HTMLResponse(page("pith-graph", body))
+
+    async def evidence_page(request: Request) -> Response:
+        raw = request.query_params.get("as_of")
+        try:
+            as_of = parse_as_of(raw) if raw is not None else now_as_of()
+        except BadInput as exc:
+            raise BadRequest(str(exc)) from None
+        session = app.session()
+        try:
+            sources = await evidence(session, as_of)
+        finally:
+            await session.close()
+        listed = [{**s, "latest_observed_at": record.z_time(s["latest_observed_at"])} for s in sources]
+        payload = {"as_of": record.as_of_text(as_of), "sources": listed}
+        if not wants_html(request):
+            return JSONResponse(payload, headers={"Cache-Control": CACHE_RECORD})
+        rows = "".join(f"<tr><td>{escape(s['role'])}</td><td><code>{escape(s['source'])}</code></td><td>{s['kind']}</td>"
+                       f"<td>{time_tag(s['latest_observed_at'])}</td><td>{s['facts']}</td></tr>" for s in listed)
+        body = (f"<h1>Evidence</h1><p>The sources behind the stored facts as of {time_tag(payload['as_of'])}: "
+                "what each is used for, whether it is a live source or a cache, and when it was last observed.</p>"
+                f"<table><thead><tr><th>Role</th><th>Source</th><th>Kind</th><th>Latest observation</th>"
+                f"<th>Facts</th></tr></thead><tbody>{rows}</tbody></table>")
+        return HTMLResponse(page("Evidence", body))
 
     return [
-        Route("/paper/{arxiv_id:path}/citation-record.json", record_json),
+        Route("/", handled(home)),
+        Route("/evidence", handled(evidence_page)),
+        Route("/paper/{arxiv_id:path}/citation-record.json", handled(record_json)),
+        Route("/paper/{arxiv_id:path}/citation-record", handled(record_html)),
+        Route("/paper/{arxiv_id:path}/integrity", handled(integrity)),
+        Route("/paper/{arxiv_id:path}", handled(paper_page)),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
+
+
+def graphiql_link(arxiv_id: str) -> str:
+    query = (f'{{ paper(arxivId: "{arxiv_id}") {{ title inbound(first: 10) {{ totalCount edges {{ node {{ '
+             'referenceIndex citingPaper { arxivId title } resolution { status } standingNotice { state } } } } } }')
+    return "/graphql?" + urlencode({"query": query})
+
+
+async def not_found(request: Request, exc: HTTPException) -> Response:
+    return error_for(request, exc.status_code, exc.detail or "not found")

@@ -1,0 +1,94 @@
+"""A person in a real browser, with the network limited to 127.0.0.1: search, ledger, links, GraphiQL."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+ARTIFACTS = ROOT / "tests" / "artifacts"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None or CHROMEDRIVER is None,
+    reason="needs Debian's chromium and chromium-driver (.ci/run installs them)",
+)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-dev-shm-usage", "--window-size=1280,1000",
+                 # Only 127.0.0.1 resolves: any attempt to reach another host fails.
+                 "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+                 "--proxy-server=http://127.0.0.1:9", "--proxy-bypass-list=127.0.0.1"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(30)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    yield driver
+    driver.quit()
+
+
+def shot(driver, name: str) -> Path:
+    path = ARTIFACTS / f"{name}.png"
+    driver.save_screenshot(str(path))
+    return path
+
+
+def resources_outside(driver, base: str) -> list[str]:
+    urls = driver.execute_script("return performance.getEntriesByType('resource').map(e => e.name)")
+    return [u for u in urls if not u.startswith(base)]
+
+
+def test_a_person_reads_records_and_explores_the_api(live, browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    wait = WebDriverWait(browser, 30)
+    base = live.base
+
+    browser.get(base + "/")
+    shot(browser, "1-home")
+    box = browser.find_element(By.CSS_SELECTOR, "input[type=search]")
+    box.send_keys("MegaScale training")
+    box.submit()
+    wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "ul.results a")))
+    shot(browser, "2-search")
+    browser.find_element(By.CSS_SELECTOR, 'ul.results a[href="/paper/2402.15627"]').click()
+
+    wait.until(ec.title_contains("MegaScale"))
+    shot(browser, "3-paper")
+    browser.find_element(By.PARTIAL_LINK_TEXT, "Ledger").click()
+    wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "article.ledger")))
+    shot(browser, "4-ledger")
+    text = browser.execute_script("return document.body.textContent")
+    assert "Paper Citation Record · LEDGER" in text and "Pith citing papers" in text
+    assert resources_outside(browser, base) == []
+
+    citing = browser.find_element(By.CSS_SELECTOR, 'li.observation p.papers a[href="/paper/2409.19256"]')
+    citing.click()
+    wait.until(ec.title_contains("HybridFlow"))
+    shot(browser, "5-citing-paper")
+    assert browser.current_url == base + "/paper/2409.19256"
+
+    browser.get(base + "/graphql")
+    run = wait.until(ec.element_to_be_clickable((By.CSS_SELECTOR, ".graphiql-execute-button")))
+    shot(browser, "6-graphiql")
+    run.click()
+    wait.until(lambda d: "totalCount" in d.find_element(By.CSS_SELECTOR, ".graphiql-response").text)
+    response = browser.find_element(By.CSS_SELECTOR, ".graphiql-response").text
+    assert "MegaScale" in response and '"errors"' not in response
+    shot(browser, "7-graphiql-result")
+    assert resources_outside(browser, base) == []
