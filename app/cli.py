@@ -84,9 +84,9 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     # uvicorn re-raises SIGTERM after its graceful shutdown; exiting normally instead lets the
     # embedded server's exit handler stop PostgreSQL.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    print(f"pith-graph serving on http://{settings.host}:{settings.port}/graphql (GraphiQL in a browser)",
-          file=sys.stderr, flush=True)
-    uvicorn.run(app, host=settings.host, port=settings.port, workers=1, log_level="warning",
+    log.info("serving on http://%s:%s/graphql (GraphiQL in a browser)", settings.host, settings.port)
+    # log_config=None: uvicorn's loggers go through ours, so JSON logs stay JSON.
+    uvicorn.run(app, host=settings.host, port=settings.port, workers=1, log_config=None, log_level="warning",
                 proxy_headers=False, access_log=False)
     return 0
 

@@ -263,3 +263,4 @@ async def test_cors_is_off_by_default_and_configurable(database_url):
         assert "etag" in response.headers["access-control-expose-headers"].lower()
         other = await s.client.get("/healthz", headers={"origin": "https://evil.example"})
         assert "access-control-allow-origin" not in other.headers
+

@@ -35,6 +35,9 @@ async def create_pool(settings: Settings, dsn: str, *, init: Callable[[asyncpg.C
         min_size=settings.pool_min if min_size is None else min_size,
         max_size=settings.pool_max if max_size is None else max_size,
         init=setup,
+        # Bounded waits when the server is unreachable or stops answering.
+        timeout=5,
+        command_timeout=settings.statement_timeout_ms / 1000 + 5,
         # Sessions only run read-only transactions that they roll back, so a connection comes back
         # clean; skipping asyncpg's reset query saves a round trip per request.
         reset=_keep_connection,
