@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 from dataclasses import replace
@@ -85,9 +86,15 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     # embedded server's exit handler stop PostgreSQL.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     log.info("serving on http://%s:%s/graphql (GraphiQL in a browser)", settings.host, settings.port)
+    if args.workers > 1:
+        # Each worker process builds its own app (and pool) from the environment.
+        os.environ["DATABASE_URL"] = dsn
+        target: object = "app.main:create_app"
+    else:
+        target = app
     # log_config=None: uvicorn's loggers go through ours, so JSON logs stay JSON.
-    uvicorn.run(app, host=settings.host, port=settings.port, workers=1, log_config=None, log_level="warning",
-                proxy_headers=False, access_log=False)
+    uvicorn.run(target, factory=args.workers > 1, host=settings.host, port=settings.port, workers=args.workers,
+                log_config=None, log_level="warning", proxy_headers=False, access_log=False)
     return 0
 
 
@@ -137,6 +144,74 @@ async def _export(dsn: str, arxiv_id: str, as_of: datetime, uncapped: bool) -> b
     return None if rows is None else record.canonical_bytes(record.build_record(rows))
 
 
+def cmd_synth(args: argparse.Namespace, settings: Settings) -> int:
+    from app.ingest.bulk import write_synthetic
+
+    if args.papers < 1:
+        print("error: --papers must be at least 1", file=sys.stderr)
+        return 2
+    dsn = _database_url(settings)
+    asyncio.run(_migrate(dsn))
+
+    async def run() -> None:
+        conn = await asyncpg.connect(dsn, server_settings={"application_name": "pith-graph synth"})
+        try:
+            result = await write_synthetic(conn, args.papers, args.seed)
+        finally:
+            await conn.close()
+        print(f"synth: {result.papers} papers, {result.observations:,} observations, {result.rows:,} rows in "
+              f"{result.seconds:.1f}s ({result.observations / result.seconds:,.0f} observations/s)", file=sys.stderr)
+
+    asyncio.run(run())
+    if args.ndjson:
+        return cmd_dump(argparse.Namespace(path=args.ndjson, as_of=None), replace(settings, database_url=dsn))
+    return 0
+
+
+def cmd_dump(args: argparse.Namespace, settings: Settings) -> int:
+    from app.timeparse import BadInput, now_as_of, parse_as_of
+
+    try:
+        as_of = parse_as_of(args.as_of) if args.as_of else now_as_of()
+    except BadInput as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    count = asyncio.run(_dump(_database_url(settings), args.path, as_of))
+    print(f"dump: {count} records as of {as_of.isoformat()} to {args.path}", file=sys.stderr)
+    return 0
+
+
+async def _dump(dsn: str, path: str, as_of: datetime) -> int:
+    """Every paper's uncapped record, one per line: what `load` reads back."""
+    from app import record
+    from app.db.pool import Session
+    from loaders.record import record_rows
+
+    conn = await asyncpg.connect(dsn)
+    count = 0
+    try:
+        ids = [r["arxiv_id"] for r in await conn.fetch(
+            "SELECT DISTINCT arxiv_id FROM paper_snapshots WHERE observed_at <= $1 ORDER BY 1", as_of)]
+        out = sys.stdout.buffer if path == "-" else open(path, "wb")
+        try:
+            for start in range(0, len(ids), 100):
+                session = Session.from_connection(conn)
+                try:
+                    rows = await record_rows(session, ids[start:start + 100], as_of, caps=None)
+                finally:
+                    await session.close()
+                for r in rows:
+                    if r is not None:
+                        out.write(record.canonical_bytes(record.build_record(r)) + b"\n")
+                        count += 1
+        finally:
+            if out is not sys.stdout.buffer:
+                out.close()
+    finally:
+        await conn.close()
+    return count
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pith-graph", description=__doc__)
     parser.add_argument("--database-url", help="PostgreSQL URL (default: $DATABASE_URL, else the embedded server)")
@@ -147,6 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="migrate, then serve GraphQL, GraphiQL and the HTTP pages")
     serve.add_argument("--host", help="interface to listen on ($PITH_HOST, default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port ($PITH_PORT, default 8000)")
+    serve.add_argument("--workers", type=int, default=int(os.environ.get("PITH_WORKERS", "1")),
+                       help="worker processes ($PITH_WORKERS, default 1; one per core for throughput)")
     serve.set_defaults(func=cmd_serve)
 
     sub.add_parser("migrate", help="apply pending SQL migrations").set_defaults(func=cmd_migrate)
@@ -160,6 +237,17 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--as-of", help="UTC instant, e.g. 2026-08-05T04:52:00Z (default: now)")
     export.add_argument("--uncapped", action="store_true", help="itemize every observation (caps raised to fit)")
     export.set_defaults(func=cmd_export)
+
+    synth = sub.add_parser("synth", help="generate a deterministic synthetic citation graph into the database")
+    synth.add_argument("--papers", type=int, required=True)
+    synth.add_argument("--seed", type=int, default=1)
+    synth.add_argument("--ndjson", metavar="PATH", help="then also write every record as ndjson to PATH")
+    synth.set_defaults(func=cmd_synth)
+
+    dump = sub.add_parser("dump", help="write every paper's uncapped v1 record as ndjson (- for standard output)")
+    dump.add_argument("path", metavar="PATH")
+    dump.add_argument("--as-of", help="UTC instant (default: now)")
+    dump.set_defaults(func=cmd_dump)
     return parser
 
 
