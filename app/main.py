@@ -235,7 +235,8 @@ def create_app(settings: Settings | None = None, dsn: str | None = None, *,
     ]
     middleware = [
         Middleware(RequestIdMiddleware),
-        Middleware(GZipMiddleware, minimum_size=1000),
+        # Level 4: most of level 9's savings on JSON at a fraction of its CPU time.
+        Middleware(GZipMiddleware, minimum_size=1000, compresslevel=4),
         Middleware(CORSMiddleware, allow_origins=list(settings.cors_origins), allow_methods=["GET", "POST"],
                    allow_headers=["content-type", "if-none-match", "x-request-id"],
                    expose_headers=["etag", "x-request-id"], max_age=600),

@@ -5,7 +5,10 @@ from __future__ import annotations
 import hashlib
 import json
 from datetime import datetime, timezone
+from functools import lru_cache
 from typing import Any
+
+import orjson
 
 from loaders.rows import (
     STATUSES,
@@ -33,17 +36,25 @@ MONTHS = (
 )
 
 
+def canonical_bytes(value: Any) -> bytes:
+    """Serialize as the spec says: sorted keys, no spaces, UTF-8, no trailing newline.
+
+    orjson writes the same bytes as json.dumps(sort_keys=True, separators=(",", ":"),
+    ensure_ascii=False) for every value a record holds (a test compares them on random text) and
+    is an order of magnitude faster; integers beyond 64 bits fall back to the standard library.
+    """
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
 def canonical(value: Any) -> str:
-    """Serialize as the spec says: sorted keys, no spaces, UTF-8 text, no trailing newline."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def canonical_bytes(document: dict[str, Any]) -> bytes:
-    return canonical(document).encode("utf-8")
+    return canonical_bytes(value).decode("utf-8")
 
 
 def sha256_of(value: Any) -> str:
-    return "sha256:" + hashlib.sha256(canonical(value).encode("utf-8")).hexdigest()
+    return "sha256:" + hashlib.sha256(canonical_bytes(value)).hexdigest()
 
 
 def observation_digest(observation: dict[str, Any]) -> str:
@@ -54,18 +65,24 @@ def context_digest(document: dict[str, Any]) -> str:
     return sha256_of({k: v for k, v in document.items() if k not in ("context_digest", "as_of")})
 
 
+@lru_cache(maxsize=65536)
+def _iso(value: datetime) -> str:
+    # Records repeat the same instants (a cited paper's snapshot on every inbound row): format once.
+    return value.astimezone(timezone.utc).isoformat()
+
+
 def z_time(value: datetime | None) -> str | None:
     """The Z family: paper, citation, work, resolution and measurement times."""
     if value is None:
         return None
-    return value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+    return _iso(value).replace("+00:00", "Z")
 
 
 def offset_time(value: datetime | None) -> str | None:
     """The +00:00 family: everything of standing notices."""
     if value is None:
         return None
-    return value.astimezone(timezone.utc).isoformat()
+    return _iso(value)
 
 
 def as_of_text(value: datetime) -> str:

@@ -96,19 +96,21 @@ SELECT k.ord, {_DETAIL_COLUMNS}
 FROM unnest($1::text[], $2::text[], $3::int[], $4::uuid[])
      WITH ORDINALITY AS k(arxiv_id, after_citing, after_index, after_id, ord)
 CROSS JOIN LATERAL (
-    SELECT o.*
+    -- Only columns of the inbound index: an index-only scan in page order that stops at the limit.
+    SELECT o.observation_id, o.citing_arxiv_id, o.reference_index
     FROM citation_observations AS o
     WHERE o.cited_arxiv_id = k.arxiv_id
-      AND (k.after_citing IS NULL
-           OR (o.citing_arxiv_id, o.reference_index, o.observation_id)
-              > (k.after_citing, k.after_index, k.after_id))
+      AND (o.citing_arxiv_id, o.reference_index, o.observation_id)
+          > (coalesce(k.after_citing, ''), coalesce(k.after_index, -2147483648),
+             coalesce(k.after_id, '00000000-0000-0000-0000-000000000000'::uuid))
       AND o.source_observed_at <= $AS
       AND {_CITING_EXISTS}
       AND ($7::text[] IS NULL OR {_LATEST_STATUS} = ANY($7::text[]))
     ORDER BY o.citing_arxiv_id, o.reference_index, o.observation_id
     LIMIT $6
-) AS o {_DETAIL_JOINS}
-ORDER BY k.ord, o.citing_arxiv_id, o.reference_index, o.observation_id
+) AS page
+JOIN citation_observations AS o ON o.observation_id = page.observation_id {_DETAIL_JOINS}
+ORDER BY k.ord, page.citing_arxiv_id, page.reference_index, page.observation_id
 """, 5)
 
 # $1 citing ids, $2..$3 the cursor per key, $4 instant, $5 page size, $6 statuses, $7 cites-retracted.
@@ -116,19 +118,21 @@ OUTBOUND_PAGES: Final = _at(f"""
 SELECT k.ord, {_DETAIL_COLUMNS}
 FROM unnest($1::text[], $2::int[], $3::uuid[]) WITH ORDINALITY AS k(arxiv_id, after_index, after_id, ord)
 CROSS JOIN LATERAL (
-    SELECT o.*
+    -- Only columns of the outbound index, as for inbound pages.
+    SELECT o.observation_id, o.reference_index
     FROM citation_observations AS o
     WHERE o.citing_arxiv_id = k.arxiv_id
-      AND (k.after_index IS NULL
-           OR (o.reference_index, o.observation_id) > (k.after_index, k.after_id))
+      AND (o.reference_index, o.observation_id)
+          > (coalesce(k.after_index, -2147483648), coalesce(k.after_id, '00000000-0000-0000-0000-000000000000'::uuid))
       AND o.source_observed_at <= $AS
       AND {_CITING_EXISTS}
       AND ($6::text[] IS NULL OR {_LATEST_STATUS} = ANY($6::text[]))
       AND ($7::boolean IS NULL OR $7::boolean = {_RETRACTED})
     ORDER BY o.reference_index, o.observation_id
     LIMIT $5
-) AS o {_DETAIL_JOINS}
-ORDER BY k.ord, o.reference_index, o.observation_id
+) AS page
+JOIN citation_observations AS o ON o.observation_id = page.observation_id {_DETAIL_JOINS}
+ORDER BY k.ord, page.reference_index, page.observation_id
 """, 4)
 
 # $1 paper ids, $2 'in' or 'out' per key, $3 instant, $4 statuses, $5 cites-retracted (outbound only).

@@ -45,6 +45,9 @@ async def create_pool(settings: Settings, dsn: str, *, init: Callable[[asyncpg.C
             "application_name": "pith-graph",
             "statement_timeout": str(settings.statement_timeout_ms),
             "timezone": "UTC",
+            # Every read is batched over array parameters, so a custom plan cannot use the values
+            # anyway: plan once per connection instead of on every execution.
+            "plan_cache_mode": "force_generic_plan",
         },
     )
 

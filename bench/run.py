@@ -1,0 +1,567 @@
+"""Benchmark harness: set up data, measure R1-R7 against floors measured in the same run, record results.
+
+    python bench/run.py --scales 10000 100000          # writes bench/results/<date>-<scale>.json
+    python bench/run.py --scales 1000000 --requests 200
+    python bench/run.py --report                       # rebuilds BENCHMARKS.md from bench/results/
+
+Every figure is a ratio to a floor measured in the same run on the same machine. Not part of the test
+suite; CI runs `--scales 10000 --quick` as a smoke step so the harness cannot rot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import asdict
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from app.db.migrate import migrate  # noqa: E402
+from app.ingest.bulk import write_synthetic  # noqa: E402
+from app.ingest.store import TABLES  # noqa: E402
+from app.ingest.synth import arxiv_ids  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results"
+HUB = "2699.00001"
+AS_OF = "2026-08-01T00:00:00Z"
+TARGETS = {"R1": ("<=", 1.5), "R2": (">=", 0.8), "R3": ("<=", 1.3), "R5": ("<=", 1.25), "R7": (">=", 0.5)}
+
+TRAVERSAL = """query($id: String!, $at: DateTime) { paper(arxivId: $id, asOf: $at) { inbound(first: 100) {
+  totalCount edges { cursor node { id digest referenceIndex source sourceObservedAt
+    citingPaper { arxivId title latestVersion primaryCategory submittedAt lastUpdated snapshotObservedAt }
+    citedPaper { arxivId title }
+    citedWork { workId linked arxivId doi metadataSource pithArxivId title venue year snapshotObservedAt }
+    resolution { status resolverSource observedAt }
+    standingNotice { state reason observation events { eventType source observedAt reportedAt noticeDoi }
+                     sourceReceipts { source observedAt live } } } }
+  pageInfo { hasNextPage endCursor } } } }"""
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(p / 100 * (len(ordered) - 1))))]
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    return {"p50_ms": percentile(values, 50) * 1000, "p99_ms": percentile(values, 99) * 1000,
+            "mean_ms": statistics.fmean(values) * 1000, "n": len(values)}
+
+
+def with_database(url: str, name: str) -> str:
+    base, _, query = url.partition("?")
+    return base.rsplit("/", 1)[0] + "/" + name + ("?" + query if query else "")
+
+
+# --- data ----------------------------------------------------------------------------------------
+
+
+async def setup(admin: str, scale: int, seed: int, reuse: bool) -> tuple[str, dict[str, Any]]:
+    name = f"pith_bench_{scale}"
+    url = with_database(admin, name)
+    conn = await asyncpg.connect(admin)
+    try:
+        exists = await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", name)
+        if exists and reuse:
+            log(f"reusing database {name}")
+            return url, {"reused": True}
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    conn = await asyncpg.connect(url, server_settings={"temp_buffers": "512MB"})
+    try:
+        await migrate(conn)
+        log(f"synth --papers {scale} --seed {seed}")
+        result = await write_synthetic(conn, scale, seed, progress=sys.stderr)
+        await add_hub(conn, scale, seed)
+        # As autovacuum would soon: statistics, and the visibility map that index-only scans use.
+        await conn.execute("VACUUM ANALYZE")
+    finally:
+        await conn.close()
+    return url, {"bulk": asdict(result)}
+
+
+async def add_hub(conn: asyncpg.Connection, scale: int, seed: int) -> None:
+    """A paper with exactly 100 inbound and 100 outbound observations, linked works and receipts."""
+    import random
+
+    rng = random.Random(f"hub:{seed}")  # not the synth's stream: its ids would repeat
+    ids = arxiv_ids(scale)
+    at = datetime(2026, 7, 1, tzinfo=timezone.utc)
+    work = uuid.uuid5(uuid.NAMESPACE_URL, f"pith-work:{HUB}")
+    await conn.execute("INSERT INTO paper_snapshots VALUES ($1, $2, $3, 1, 'cs.DC', $2, $2)", HUB, at,
+                       "A hub paper for benchmarks")
+    await conn.execute("INSERT INTO work_snapshots VALUES ($1, $2, $3, NULL, 'arxiv_reference', $3, $4, 'arXiv', 2026)",
+                       work, at, HUB, "A hub paper for benchmarks")
+    await conn.execute("INSERT INTO standing_receipts VALUES ($1, 'crossref', $2), ($1, 'retraction_watch', $2)",
+                       work, at)
+    await conn.execute("INSERT INTO external_measurements VALUES ($1, 'arxiv_reference', $2, 100), "
+                       "($1, 'openalex', $2, 120)", HUB, at)
+    citing = rng.sample(ids, min(100, len(ids)))
+    cited = rng.sample(ids, min(100, len(ids)))
+    rows, resolutions = [], []
+    for i, a in enumerate(citing):
+        oid = uuid.UUID(int=rng.getrandbits(128))
+        rows.append((oid, a, 900 + i, "pdf_text", at, HUB, work, None, None))
+        resolutions.append((oid, at, "verified_exact", "arxiv_id"))
+    for i, a in enumerate(cited):
+        oid = uuid.UUID(int=rng.getrandbits(128))
+        target_work = uuid.uuid5(uuid.NAMESPACE_URL, f"pith-work:{a}")
+        rows.append((oid, HUB, i + 1, "pdf_text", at, a, target_work, None, None))
+        resolutions.append((oid, at, "verified_exact", "arxiv_id"))
+    await conn.copy_records_to_table("citation_observations", records=rows, columns=[
+        "observation_id", "citing_arxiv_id", "reference_index", "source", "source_observed_at", "cited_arxiv_id",
+        "work_id", "printed_title", "printed_year"])
+    await conn.copy_records_to_table("resolutions", records=resolutions)
+
+
+async def r7_floor(url: str, workdir: Path) -> dict[str, Any]:
+    """Raw COPY of the same rows from files through psql into same-shaped tables with the same indexes."""
+    conn = await asyncpg.connect(url)
+    total_rows = 0
+    files = []
+    try:
+        for t in TABLES:
+            path = workdir / f"{t.name}.csv"
+            await conn.copy_from_query(f"SELECT * FROM {t.name}", output=str(path), format="csv")
+            await conn.execute(f"DROP TABLE IF EXISTS floor_{t.name}; "
+                               f"CREATE TABLE floor_{t.name} (LIKE {t.name} INCLUDING ALL)")
+            total_rows += await conn.fetchval(f"SELECT count(*) FROM {t.name}")
+            files.append((t.name, path))
+        observations = await conn.fetchval("SELECT count(*) FROM citation_observations")
+    finally:
+        await conn.close()
+    script = "".join(f"\\copy floor_{name} FROM '{path}' CSV\n" for name, path in files)
+    started = time.monotonic()
+    subprocess.run(["psql", "-q", "-v", "ON_ERROR_STOP=1", "-c", "SET synchronous_commit = off", "-f", "-", url],
+                   input=script.encode(), check=True)
+    seconds = time.monotonic() - started
+    conn = await asyncpg.connect(url)
+    try:
+        for name, path in files:
+            await conn.execute(f"DROP TABLE floor_{name}")
+            path.unlink()
+    finally:
+        await conn.close()
+    return {"rows": total_rows, "observations": observations, "seconds": seconds,
+            "observations_per_s": observations / seconds}
+
+
+# --- the server ----------------------------------------------------------------------------------
+
+
+class Server:
+    def __init__(self, url: str, workers: int) -> None:
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.base = f"http://127.0.0.1:{self.port}"
+        env = {**os.environ, "DATABASE_URL": url, "PITH_POOL_MAX": "16", "PITH_POOL_MIN": "4"}
+        self.process = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--port", str(self.port),
+                                         "--workers", str(workers)], env=env, cwd=ROOT,
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(self.base + "/readyz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError("server did not start")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(20)
+
+
+def timed_requests(client: httpx.Client, n: int, request) -> list[float]:
+    for _ in range(max(5, n // 10)):
+        request(client)
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        request(client)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+# --- measurements --------------------------------------------------------------------------------
+
+
+async def floor_latency(url: str, sql: str, n: int) -> list[float]:
+    conn = await asyncpg.connect(url)
+    try:
+        statement = await conn.prepare(sql)
+        for _ in range(max(5, n // 10)):
+            await statement.fetchval()
+        times = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            await statement.fetchval()
+            times.append(time.perf_counter() - t0)
+        return times
+    finally:
+        await conn.close()
+
+
+def r1(url: str, server: Server, floor_sql: str, n: int) -> dict[str, Any]:
+    path = f"/paper/{HUB}/citation-record.json?as_of={AS_OF}"
+    with httpx.Client(base_url=server.base, timeout=30) as client:
+        body = client.get(path).json()
+        assert len(body["inbound"]) == 100 and len(body["outbound"]) == 100, "hub must have 100/100"
+        ours = timed_requests(client, n, lambda c: c.get(path).raise_for_status())
+    floor = asyncio.run(floor_latency(url, floor_sql, n))
+    o, f = summary(ours), summary(floor)
+    return {"ours": o, "floor": f, "ratio_p50": o["p50_ms"] / f["p50_ms"], "ratio_p99": o["p99_ms"] / f["p99_ms"]}
+
+
+def r2(url: str, floor_sql: str, seconds: int, workers: int) -> dict[str, Any]:
+    server = Server(url, workers)
+    try:
+        target = f"{server.base}/paper/{HUB}/citation-record.json?as_of={AS_OF}"
+        wrk = shutil.which("wrk")
+        if wrk:
+            out = subprocess.run([wrk, "-t2", "-c32", f"-d{seconds}s", "--latency", target], capture_output=True,
+                                 text=True, check=True).stdout
+            rps = float(next(line.split()[1] for line in out.splitlines() if line.startswith("Requests/sec")))
+            errors = "Non-2xx" in out or "Socket errors" in out
+            tool = "wrk -t2 -c32"
+        else:
+            rps, errors = asyncio.run(async_load(target, seconds, 32))
+            tool = "asyncio client, 32 connections"
+    finally:
+        server.stop()
+    with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as script:
+        script.write(floor_sql.replace("\n", " ") + "\n")
+    out = subprocess.run(["pgbench", "-n", "-M", "prepared", "-c", "32", "-j", "2", "-T", str(seconds), "-f",
+                          script.name, url], capture_output=True, text=True, check=True).stdout
+    os.unlink(script.name)
+    floor_tps = float(next(line.split("=")[1].split()[0] for line in out.splitlines() if line.startswith("tps")))
+    return {"ours_rps": rps, "floor_tps": floor_tps, "ratio": rps / floor_tps, "load_tool": tool,
+            "server_workers": workers, "errors": errors, "seconds": seconds}
+
+
+async def async_load(target: str, seconds: int, concurrency: int) -> tuple[float, bool]:
+    done = 0
+    errors = False
+    deadline = time.monotonic() + seconds
+    async with httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_connections=concurrency)) as client:
+        async def worker() -> None:
+            nonlocal done, errors
+            while time.monotonic() < deadline:
+                response = await client.get(target)
+                errors |= response.status_code != 200
+                done += 1
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return done / seconds, errors
+
+
+def r3(url: str, server: Server, n: int) -> dict[str, Any]:
+    payload = {"query": TRAVERSAL, "variables": {"id": HUB, "at": AS_OF}}
+    with httpx.Client(base_url=server.base, timeout=30) as client:
+        first = client.post("/graphql", json=payload).json()
+        assert "errors" not in first, first
+        statements = first["extensions"]["cost"]["statements"]
+        ours = timed_requests(client, n, lambda c: c.post("/graphql", json=payload).raise_for_status())
+    floor, floor_statements = asyncio.run(graphql_in_memory(url, n))
+    o, f = summary(ours), summary(floor)
+    return {"ours": o, "floor": f, "ratio_p50": o["p50_ms"] / f["p50_ms"], "statements_per_request": statements,
+            "floor_statements": floor_statements}
+
+
+async def graphql_in_memory(url: str, n: int) -> tuple[list[float], int]:
+    """Strawberry executing the same query over objects already in memory (warm loaders, no SQL)."""
+    from app.context import Context
+    from app.db.pool import Session, create_pool
+    from app.schema import schema
+    from app.settings import Settings
+
+    pool = await create_pool(Settings(), url, min_size=1, max_size=2)
+    session = Session.from_pool(pool)
+    try:
+        context = Context(session=session)
+        variables = {"id": HUB, "at": AS_OF}
+        warm = await schema.execute(TRAVERSAL, variable_values=variables, context_value=context)
+        assert not warm.errors, warm.errors
+        before = session.statements
+        times = []
+        for i in range(n + max(5, n // 10)):
+            t0 = time.perf_counter()
+            result = await schema.execute(TRAVERSAL, variable_values=variables, context_value=context)
+            if i >= max(5, n // 10):
+                times.append(time.perf_counter() - t0)
+            assert not result.errors
+        return times, session.statements - before
+    finally:
+        await session.close()
+        await pool.close()
+
+
+async def r4(url: str, n: int) -> dict[str, Any]:
+    from app.context import Context
+    from app.db.pool import Session, create_pool
+    from app.schema import schema
+    from app.settings import Settings
+    from bench import naive
+
+    at = datetime.fromisoformat(AS_OF.replace("Z", "+00:00"))
+    query = """query($id: String!, $at: DateTime) { paper(arxivId: $id, asOf: $at) { inbound(first: 100) { edges {
+      node { referenceIndex citingPaper { arxivId title } resolution { status } standingNotice { state } } } } } }"""
+    pool = await create_pool(Settings(), url, min_size=1, max_size=2)
+    ours, statements = [], 0
+    try:
+        for _ in range(n):
+            session = Session.from_pool(pool)
+            t0 = time.perf_counter()
+            result = await schema.execute(query, variable_values={"id": HUB, "at": AS_OF},
+                                          context_value=Context(session=session))
+            ours.append(time.perf_counter() - t0)
+            assert not result.errors, result.errors
+            statements = session.statements
+            await session.close()
+    finally:
+        await pool.close()
+    conn = await asyncpg.connect(url)
+    naive_times, naive_statements = [], 0
+    try:
+        for _ in range(max(3, n // 5)):
+            serial = naive.SerialConnection(conn)
+            t0 = time.perf_counter()
+            result = await naive.schema.execute(naive.QUERY, variable_values={"id": HUB, "at": at.isoformat()},
+                                                context_value={"conn": serial})
+            naive_times.append(time.perf_counter() - t0)
+            assert not result.errors, result.errors
+            naive_statements = serial.statements
+    finally:
+        await conn.close()
+    o, f = summary(ours), summary(naive_times)
+    return {"ours": {**o, "statements": statements}, "naive": {**f, "statements": naive_statements},
+            "statement_ratio": naive_statements / statements, "latency_ratio_p50": f["p50_ms"] / o["p50_ms"]}
+
+
+def r6(server: Server, n: int) -> dict[str, Any]:
+    out = {}
+    with httpx.Client(base_url=server.base, timeout=60) as client:
+        for per in (10, 100):
+            payload = {"query": """query($id: String!, $per: Int!, $at: DateTime) { neighbourhood(arxivId: $id,
+              direction: INBOUND, depth: 2, perPaper: $per, asOf: $at) { truncated papers { arxivId title }
+              edges { id referenceIndex resolution { status } } } }""",
+                       "variables": {"id": HUB, "per": per, "at": AS_OF}}
+            body = client.post("/graphql", json=payload).json()
+            assert "errors" not in body, body
+            edges = len(body["data"]["neighbourhood"]["edges"])
+            statements = body["extensions"]["cost"]["statements"]
+            times = timed_requests(client, max(5, n // 5), lambda c: c.post("/graphql", json=payload).raise_for_status())
+            s = summary(times)
+            out[f"per_paper_{per}"] = {**s, "edges": edges, "statements": statements,
+                                       "statements_per_hop": (statements - 1) / 2,
+                                       "us_per_edge_p50": s["p50_ms"] * 1000 / max(edges, 1)}
+    return out
+
+
+def machine(url: str) -> dict[str, Any]:
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())
+
+    async def pg() -> dict[str, Any]:
+        conn = await asyncpg.connect(url)
+        try:
+            settings = {r["name"]: r["setting"] + (r["unit"] or "") for r in await conn.fetch(
+                "SELECT name, setting, unit FROM pg_settings WHERE name = ANY($1::text[])",
+                ["shared_buffers", "work_mem", "effective_cache_size", "max_connections", "jit",
+                 "synchronous_commit", "random_page_cost"])}
+            return {"version": await conn.fetchval("SELECT version()"), "settings": settings,
+                    "database_size": await conn.fetchval("SELECT pg_size_pretty(pg_database_size(current_database()))")}
+        finally:
+            await conn.close()
+
+    from importlib.metadata import version
+
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "postgresql": asyncio.run(pg()),
+            "packages": {p: version(p) for p in ("strawberry-graphql", "asyncpg", "starlette", "uvicorn",
+                                                 "aiodataloader", "graphql-core")}}
+
+
+def run_scale(admin: str, scale: int, args: argparse.Namespace) -> dict[str, Any]:
+    started = time.monotonic()
+    url, setup_info = asyncio.run(setup(admin, scale, args.seed, args.reuse))
+    floor_sql = "\n".join(line for line in (ROOT / "bench" / "floor.sql").read_text().splitlines()
+                          if not line.lstrip().startswith("--")).replace(":hub", HUB).replace(":as_of", AS_OF)
+    result: dict[str, Any] = {"scale": scale, "seed": args.seed, "date": datetime.now(timezone.utc).isoformat(),
+                              "command": " ".join([Path(sys.executable).name, *sys.argv]), **setup_info}
+    if "bulk" in setup_info:
+        with tempfile.TemporaryDirectory() as tmp:
+            floor = asyncio.run(r7_floor(url, Path(tmp)))
+        bulk = setup_info["bulk"]
+        write_seconds = bulk["copy_seconds"] + bulk["merge_seconds"] + bulk["index_seconds"]
+        result["R7"] = {"floor": floor, "ours_end_to_end_obs_per_s": bulk["observations"] / bulk["seconds"],
+                        "ours_write_path_obs_per_s": bulk["observations"] / write_seconds,
+                        "ratio": (bulk["observations"] / write_seconds) / floor["observations_per_s"],
+                        "ratio_end_to_end": (bulk["observations"] / bulk["seconds"]) / floor["observations_per_s"]}
+        log(f"R7 {result['R7']['ratio']:.2f}x (write path), {result['R7']['ratio_end_to_end']:.2f}x end to end")
+    server = Server(url, 1)
+    try:
+        result["R1"] = r1(url, server, floor_sql, args.requests)
+        log(f"R1 p50 {result['R1']['ratio_p50']:.2f}x p99 {result['R1']['ratio_p99']:.2f}x")
+        result["R3"] = r3(url, server, args.requests)
+        log(f"R3 {result['R3']['ratio_p50']:.2f}x, {result['R3']['statements_per_request']} statements")
+        result["R6"] = r6(server, args.requests)
+        log("R6 " + ", ".join(f"{k}: {v['us_per_edge_p50']:.0f} us/edge" for k, v in result["R6"].items()))
+    finally:
+        server.stop()
+    result["R4"] = asyncio.run(r4(url, max(5, args.requests // 5)))
+    log(f"R4 naive sends {result['R4']['statement_ratio']:.0f}x the statements")
+    result["R2"] = r2(url, floor_sql, args.seconds, args.workers)
+    log(f"R2 {result['R2']['ratio']:.2f}x ({result['R2']['ours_rps']:.0f} rps vs {result['R2']['floor_tps']:.0f} tps)")
+    result["machine"] = machine(url)
+    result["elapsed_s"] = time.monotonic() - started
+    return result
+
+
+# --- the report ----------------------------------------------------------------------------------
+
+
+def met(name: str, value: float) -> str:
+    op, target = TARGETS[name]
+    ok = value <= target if op == "<=" else value >= target
+    return f"{'met' if ok else 'missed'} ({op} {target}x)"
+
+
+def report() -> str:
+    results = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("*.json"))]
+    latest: dict[int, dict] = {}
+    for r in results:
+        latest[r["scale"]] = r  # sorted by file name: the newest of each scale wins
+    lines = ["# Benchmarks", "",
+             "Produced by `python bench/run.py` (see each run's command below); every figure is a ratio to a floor",
+             "measured in the same run on the same machine. Raw results: `bench/results/`.", ""]
+    scales = sorted(latest)
+    lines += ["| figure | target | " + " | ".join(f"{s:,} papers" for s in scales) + " |",
+              "|---|---|" + "---|" * len(scales)]
+
+    def row(label: str, name: str | None, get) -> None:
+        cells = []
+        for s in scales:
+            try:
+                value = get(latest[s])
+                cells.append(value if isinstance(value, str) else f"{value:.2f}x" + (f" {met(name, value)}" if name else ""))
+            except (KeyError, TypeError):
+                cells.append("not run")
+        target = f"{TARGETS[name][0]} {TARGETS[name][1]}x" if name else "-"
+        lines.append(f"| {label} | {target} | " + " | ".join(cells) + " |")
+
+    row("R1 record latency p50 (ours / SQL floor)", "R1", lambda r: r["R1"]["ratio_p50"])
+    row("R1 record latency p99", "R1", lambda r: r["R1"]["ratio_p99"])
+    row("R2 record throughput, 32 connections (ours / pgbench floor)", "R2", lambda r: r["R2"]["ratio"])
+    row("R3 typed traversal p50 (HTTP / in-memory Strawberry)", "R3", lambda r: r["R3"]["ratio_p50"])
+    row("R3 statements per request", None, lambda r: str(r["R3"]["statements_per_request"]))
+    row("R4 statements, naive / ours", None, lambda r: f"{r['R4']['naive']['statements']} / {r['R4']['ours']['statements']}")
+    row("R4 latency p50, naive / ours", None, lambda r: r["R4"]["latency_ratio_p50"])
+    row("R6 depth 2, perPaper 10: us per edge p50", None,
+        lambda r: f"{r['R6']['per_paper_10']['us_per_edge_p50']:.0f} us ({r['R6']['per_paper_10']['edges']} edges, "
+                  f"{r['R6']['per_paper_10']['statements_per_hop']:.1f} statements/hop)")
+    row("R6 depth 2, perPaper 100: us per edge p50", None,
+        lambda r: f"{r['R6']['per_paper_100']['us_per_edge_p50']:.0f} us ({r['R6']['per_paper_100']['edges']} edges, "
+                  f"{r['R6']['per_paper_100']['statements_per_hop']:.1f} statements/hop)")
+    row("R7 bulk write path (ours / psql COPY)", "R7", lambda r: r["R7"]["ratio"])
+    row("R7 end to end, generation included", None, lambda r: r["R7"]["ratio_end_to_end"])
+    if len(scales) >= 2:
+        small, large = scales[0], scales[-1]
+        for key, label in (("R1", "R1 p50"), ("R3", "R3 p50")):
+            try:
+                ratio = latest[large][key]["ours"]["p50_ms"] / latest[small][key]["ours"]["p50_ms"]
+                lines.append(f"| R5 {label} at {large:,} / at {small:,} | <= 1.25x | {ratio:.2f}x {met('R5', ratio)} |"
+                             + " |" * (len(scales) - 1))
+            except KeyError:
+                pass
+    lines += ["", "## Absolute figures", ""]
+    for s in scales:
+        r = latest[s]
+        lines.append(f"### {s:,} papers ({r['date'][:10]})")
+        lines.append("")
+        lines.append(f"Command: `{r['command']}`")
+        lines.append("")
+        for key in ("R1", "R3"):
+            if key in r:
+                lines.append(f"- {key}: ours p50 {r[key]['ours']['p50_ms']:.2f} ms, p99 {r[key]['ours']['p99_ms']:.2f} ms; "
+                             f"floor p50 {r[key]['floor']['p50_ms']:.2f} ms, p99 {r[key]['floor']['p99_ms']:.2f} ms")
+        if "R2" in r:
+            lines.append(f"- R2: {r['R2']['ours_rps']:.0f} requests/s ({r['R2']['load_tool']}, {r['R2']['server_workers']} "
+                         f"workers) vs {r['R2']['floor_tps']:.0f} statements/s (pgbench -c 32)")
+        if "R4" in r:
+            lines.append(f"- R4: ours {r['R4']['ours']['p50_ms']:.1f} ms with {r['R4']['ours']['statements']} statements; "
+                         f"naive {r['R4']['naive']['p50_ms']:.1f} ms with {r['R4']['naive']['statements']}")
+        if "R7" in r:
+            b = r.get("bulk", {})
+            lines.append(f"- R7: {b.get('observations', 0):,} observations, {b.get('rows', 0):,} rows; synth {b.get('seconds', 0):.1f} s "
+                         f"(generate {b.get('generate_seconds', 0):.1f}, COPY {b.get('copy_seconds', 0):.1f}, merge "
+                         f"{b.get('merge_seconds', 0):.1f}, indexes {b.get('index_seconds', 0):.1f}); psql COPY "
+                         f"{r['R7']['floor']['seconds']:.1f} s")
+        m = r.get("machine", {})
+        if m:
+            lines.append(f"- machine: {m['cpu']}, {m['cores']} cores; {m['postgresql']['version'].split(' on ')[0]}; "
+                         f"settings {json.dumps(m['postgresql']['settings'])}; database {m['postgresql']['database_size']}")
+        lines.append("")
+    notes = ROOT / "bench" / "NOTES.md"
+    if notes.exists():
+        lines += [notes.read_text()]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scales", type=int, nargs="*", default=[10_000])
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument("--seconds", type=int, default=10, help="R2 load duration")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 2, help="server workers for R2")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: few requests, 2 s of load")
+    parser.add_argument("--reuse", action="store_true", help="reuse an existing benchmark database")
+    parser.add_argument("--report", action="store_true", help="only rebuild BENCHMARKS.md")
+    parser.add_argument("--admin-url", default=os.environ.get("PITH_BENCH_ADMIN_URL",
+                                                              "postgresql://postgres@127.0.0.1:5432/postgres"))
+    parser.add_argument("--no-save", action="store_true", help="do not write results (smoke runs)")
+    args = parser.parse_args()
+    if args.quick:
+        args.requests, args.seconds = 20, 2
+    if not args.report:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        for scale in args.scales:
+            result = run_scale(args.admin_url, scale, args)
+            if not args.no_save:
+                path = RESULTS / f"{datetime.now(timezone.utc):%Y-%m-%d}-{scale}.json"
+                path.write_text(json.dumps(result, indent=2, default=str) + "\n")
+                log(f"wrote {path}")
+    if not args.no_save:
+        (ROOT / "BENCHMARKS.md").write_text(report())
+        log("wrote BENCHMARKS.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
