@@ -30,10 +30,13 @@ def _database_url(settings: Settings) -> str:
 
 
 async def _migrate(dsn: str) -> list[str]:
-    from app.db.migrate import migrate
+    """Apply pending migrations; with none pending, write nothing (a read-only role can serve)."""
+    from app.db.migrate import migrate, pending
 
     conn = await asyncpg.connect(dsn)
     try:
+        if not await pending(conn):
+            return []
         return await migrate(conn)
     finally:
         await conn.close()
@@ -56,6 +59,10 @@ async def _load(dsn: str, paths: list[str], quiet: bool = False) -> int:
             except ImportRejected as exc:
                 failed += 1
                 print(f"rejected: {exc} (nothing of this file was written)", file=sys.stderr)
+            except asyncpg.InsufficientPrivilegeError as exc:
+                failed += 1
+                print(f"rejected: {path}: the database role may not write ({exc}); load with the owner role, "
+                      "not pith_reader (nothing of this file was written)", file=sys.stderr)
     finally:
         await conn.close()
     return failed
@@ -267,6 +274,10 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(settings.log_format, verbose=args.verbose)
     try:
         return args.func(args, settings)
+    except asyncpg.InsufficientPrivilegeError as exc:
+        print(f"error: the database role may not do this ({exc}); migrations and loads need the owner role "
+              "(the API itself can run as a member of pith_reader)", file=sys.stderr)
+        return 1
     except (OSError, asyncpg.PostgresError) as exc:
         message = str(exc).replace(settings.database_url or "\0", redact_url(settings.database_url))
         print(f"error: {message}", file=sys.stderr)

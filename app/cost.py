@@ -31,10 +31,37 @@ LIMITS = {"first": (1, 100), "perPaper": (1, 100), "depth": (1, 3)}
 LISTS = {"inbound": ("first", 100), "outbound": ("first", 100), "searchPapers": ("first", 10)}
 
 
+# Introspection fields that return lists: nesting one inside another multiplies the answer
+# (types > fields > type > fields > ...), the classic introspection abuse. GraphiQL's own query
+# nests none of them twice along a path.
+INTROSPECTION_LISTS = frozenset({"types", "fields", "inputFields", "interfaces", "possibleTypes", "enumValues", "args",
+                                 "directives"})
+MAX_TOTAL_DEPTH = 20  # introspection included; GraphiQL's introspection query is 15 deep
+
+
 class Costing:
     def __init__(self, fragments: dict[str, FragmentDefinitionNode], variables: dict[str, Any]) -> None:
         self.fragments = fragments
         self.variables = variables
+
+    def check_shape(self, selection_set: SelectionSetNode | None, depth: int = 0,
+                    lists: frozenset[str] = frozenset(), introspecting: bool = False) -> None:
+        """Refuse introspection that nests list fields, and any path deeper than MAX_TOTAL_DEPTH."""
+        for field in self.fields(selection_set):
+            name = field.name.value
+            inside = introspecting or name.startswith("__")
+            if depth + 1 > MAX_TOTAL_DEPTH:
+                raise QueryCostError(f"query is deeper than {MAX_TOTAL_DEPTH} levels (introspection included)",
+                                     limit=MAX_TOTAL_DEPTH)
+            seen = lists
+            if inside and name in INTROSPECTION_LISTS:
+                if name in lists or (name == "fields" and "types" in lists and "fields" in lists):
+                    raise QueryCostError(f"introspection nests `{name}` inside `{name}`; each list of the schema "
+                                         "may appear once along a path (as in GraphiQL's introspection query)",
+                                         limit="introspection nesting")
+                seen = lists | {name}
+            if field.selection_set is not None:
+                self.check_shape(field.selection_set, depth + 1, seen, inside)
 
     def args(self, field: FieldNode) -> dict[str, Any]:
         values = {}
@@ -95,6 +122,8 @@ def query_nodes(document: Any, operation_name: str | None, variables: dict[str, 
     if operation_name is not None:
         operations = [op for op in operations if op.name is not None and op.name.value == operation_name]
     costing = Costing(fragments, variables or {})
+    for op in operations[:1]:
+        costing.check_shape(op.selection_set)
     return sum(costing.nodes(op.selection_set, 1) for op in operations[:1])
 
 

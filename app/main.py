@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -32,6 +33,7 @@ access = logging.getLogger("pith.access")
 
 MAX_BODY_BYTES = 100_000
 MAX_VARIABLES_BYTES = 20_000
+MAX_QUERY_STRING_BYTES = 16_000  # longer URLs are refused by many proxies anyway
 RETRY_AFTER_SECONDS = "5"
 
 # Failures that mean the database is unreachable right now, not that the request is wrong.
@@ -42,6 +44,7 @@ UNAVAILABLE = (
     asyncpg.InterfaceError,
     asyncpg.AdminShutdownError,
     asyncpg.TooManyConnectionsError,
+    asyncpg.PostgresConnectionError,
     TimeoutError,
 )
 
@@ -83,6 +86,66 @@ class RequestIdMiddleware:
             request_id.reset(token)
 
 
+class BodyLimitAndCancelOnDisconnect:
+    """Read the (bounded) request body up front, then cancel the handler if the client goes away.
+
+    Cancelling the handler cancels the query it awaits (asyncpg sends PostgreSQL a cancel request), so a
+    client that gives up does not keep a backend busy.
+    """
+
+    def __init__(self, app: ASGIApp, max_body: int = MAX_BODY_BYTES) -> None:
+        self.app = app
+        self.max_body = max_body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body:
+                response = error_response(413, f"request body is larger than {self.max_body} bytes")
+                await response(scope, receive, send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        gone = asyncio.Event()
+        delivered = False
+
+        async def replay() -> dict:
+            nonlocal delivered
+            if not delivered:
+                delivered = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await gone.wait()
+            return {"type": "http.disconnect"}
+
+        handler = asyncio.ensure_future(self.app(scope, replay, send))
+        watcher = asyncio.ensure_future(receive())
+        done, _ = await asyncio.wait({handler, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if handler in done:
+            watcher.cancel()
+            handler.result()
+            return
+        message = watcher.result()
+        if message["type"] == "http.disconnect":
+            gone.set()
+            handler.cancel()
+            log.info("client went away: cancelled %s %s", scope.get("method"), scope.get("path"))
+            with contextlib.suppress(asyncio.CancelledError):
+                await handler
+        else:  # pragma: no cover - nothing else arrives after a complete body
+            await handler
+
+
 def error_response(status: int, message: str, **extra: Any) -> JSONResponse:
     headers = {"Retry-After": RETRY_AFTER_SECONDS} if status == 503 else None
     return JSONResponse({"error": {"status": status, "message": message, **extra}}, status_code=status,
@@ -109,6 +172,9 @@ class App:
 
     async def graphql(self, request: Request) -> Response:
         if request.method == "GET":
+            if len(request.url.query) > MAX_QUERY_STRING_BYTES:
+                return error_response(413, f"query string is larger than {MAX_QUERY_STRING_BYTES} bytes; "
+                                           "POST large queries")
             params = dict(request.query_params)
             from app.web.routes import wants_html
 
@@ -172,8 +238,14 @@ class App:
     def format_error(self, error: GraphQLError) -> dict[str, Any]:
         original = error.original_error
         if original is not None and not isinstance(original, GraphQLError):
-            if isinstance(original, UNAVAILABLE) or isinstance(original, asyncpg.QueryCanceledError):
-                log.warning("database unavailable: %s", redact_url(str(original)))
+            if isinstance(original, asyncpg.QueryCanceledError):
+                log.warning("query cancelled (statement timeout) at %s", error.path)
+                return {"message": f"the query ran longer than the {self.settings.statement_timeout_ms} ms statement "
+                                   "timeout; ask for less (smaller first, perPaper or depth) or retry",
+                        "path": error.path,
+                        "extensions": {"code": "SERVICE_UNAVAILABLE", "requestId": request_id.get()}}
+            if isinstance(original, UNAVAILABLE):
+                log.warning("database unavailable: %s", type(original).__name__)
                 return {"message": "the database is unavailable; retry shortly", "path": error.path,
                         "extensions": {"code": "SERVICE_UNAVAILABLE", "requestId": request_id.get()}}
             log.error("unexpected error in %s", error.path, exc_info=original)
@@ -235,6 +307,7 @@ def create_app(settings: Settings | None = None, dsn: str | None = None, *,
     ]
     middleware = [
         Middleware(RequestIdMiddleware),
+        Middleware(BodyLimitAndCancelOnDisconnect),
         # Level 4: most of level 9's savings on JSON at a fraction of its CPU time.
         Middleware(GZipMiddleware, minimum_size=1000, compresslevel=4),
         Middleware(CORSMiddleware, allow_origins=list(settings.cors_origins), allow_methods=["GET", "POST"],
@@ -243,6 +316,7 @@ def create_app(settings: Settings | None = None, dsn: str | None = None, *,
     ]
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan,
                     exception_handlers={Exception: _unhandled, 404: web_routes.not_found, 405: web_routes.not_found,
+                                        asyncpg.QueryCanceledError: _unavailable,
                                         **{e: _unavailable for e in UNAVAILABLE}})
     app.state.pith = state
     return app

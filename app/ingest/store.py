@@ -243,8 +243,25 @@ class _Chain(io.RawIOBase):
         pass
 
 
+RETRIES = 3
+
+
 async def load_file(conn: asyncpg.Connection, path: str, progress: IO[str] | None = None) -> LoadResult:
-    """Load one file in one transaction; raise ImportRejected (and write nothing) on any problem."""
+    """Load one file in one transaction; raise ImportRejected (and write nothing) on any problem.
+
+    A concurrent load of overlapping facts can deadlock with this one; PostgreSQL then aborts one of
+    the two, and that one is run again from the start (files only: standard input cannot be re-read).
+    """
+    for attempt in range(1, RETRIES + 1):
+        try:
+            return await _load_file_once(conn, path, progress)
+        except (asyncpg.DeadlockDetectedError, asyncpg.SerializationError):
+            if path == "-" or attempt == RETRIES:
+                raise
+    raise AssertionError("unreachable")
+
+
+async def _load_file_once(conn: asyncpg.Connection, path: str, progress: IO[str] | None) -> LoadResult:
     started = time.monotonic()
     stream, ndjson = _open(path)
     documents = 0

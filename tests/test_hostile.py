@@ -1,0 +1,88 @@
+"""Hostile queries are refused before they run: an error naming the limit, bounded time, no SQL sent."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from graphql import get_introspection_query
+
+from app.settings import Settings
+from tests.conftest import StatementLog, serve
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+PAPER = 'paper(arxivId: "2402.15627")'
+
+
+def nested(levels: int) -> str:
+    return "{ " + PAPER + " { " + "inbound { edges { node { citingPaper { " * levels + "title" + " } } } }" * levels + " } }"
+
+
+HOSTILE = {
+    "deep nesting": ({"query": nested(4)}, "exceeds maximum operation depth"),
+    "alias overloading": ({"query": "{ " + " ".join(f"a{i}: {PAPER} {{ title }}" for i in range(40)) + " }"},
+                          "aliases"),
+    "field duplication": ({"query": "{ " + PAPER + " { " + " ".join(["title"] * 6000) + " } }"}, "token"),
+    "directive overloading": ({"query": "{ " + PAPER + " { title " + " ".join(["@include(if: true)"] * 50) + " } }"},
+                              "can only be used once"),
+    "huge first": ({"query": "{ " + PAPER + " { inbound(first: 1000000000) { totalCount } } }"}, "1 to 100"),
+    "circular fragments": ({"query": "query { " + PAPER + " { ...A } } fragment A on Paper { ...B } "
+                                     "fragment B on Paper { ...A }"}, "Cannot spread fragment"),
+    "node budget": ({"query": "query($ids: [String!]!) { papers(arxivIds: $ids) { inbound(first: 100) { edges { node {"
+                              " citingPaper { inbound(first: 100) { edges { node { id } } } } } } } } }",
+                     "variables": {"ids": [f"2401.{i:05d}" for i in range(100)]}}, "500000"),
+    "introspection nesting": ({"query": "{ __schema { types { fields { type { fields { type { fields { name } } } } } }"
+                                        " } }"}, "introspection"),
+    "introspection depth": ({"query": "{ __type(name: \"Paper\") { " + "ofType { " * 25 + "name" + " }" * 25 + " } }"},
+                            "deeper than"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+async def test_hostile_query_is_refused_before_execution(served, name):
+    payload, says = HOSTILE[name]
+    served.statements.clear()
+    started = time.monotonic()
+    response = await served.client.post("/graphql", json=payload)
+    elapsed = time.monotonic() - started
+    assert response.status_code in (200, 400), response.text
+    body = response.json()
+    assert body.get("errors"), body
+    assert says in body["errors"][0]["message"], body["errors"][0]["message"]
+    assert not body.get("data") or all(v is None for v in body["data"].values())
+    assert served.statements.counted == [], "a refused query must not reach the database"
+    assert elapsed < 3.0
+
+
+async def test_batched_operations_are_refused(served):
+    response = await served.client.post("/graphql", json=[{"query": "{ __typename }"}, {"query": "{ __typename }"}])
+    assert response.status_code == 400 and "batched" in response.json()["error"]["message"]
+
+
+async def test_very_large_documents_and_variables_are_refused(served):
+    big = "{ " + PAPER + " { title } }" + " " * 200_000
+    response = await served.client.post("/graphql", json={"query": big})
+    assert response.status_code == 413 and "bytes" in response.json()["error"]["message"]
+    response = await served.client.post("/graphql", json={"query": "query($x: [String!]!) { papers(arxivIds: $x) "
+                                                                   "{ title } }", "variables": {"x": ["a" * 30_000]}})
+    assert response.status_code == 413
+    response = await served.client.get("/graphql", params={"query": "{ __typename }" + " " * 20_000})
+    assert response.status_code == 413
+
+
+async def test_graphiql_introspection_still_works(served):
+    body = await served.graphql(get_introspection_query(descriptions=True))
+    assert "errors" not in body and body["data"]["__schema"]["queryType"]["name"] == "Query"
+
+
+async def test_field_suggestions_off_in_production_and_introspection_switch(database_url):
+    query = '{ paper(arxivId: "2402.15627") { titel } }'
+    async for s in serve(database_url, StatementLog()):
+        assert "Did you mean" in (await s.graphql(query))["errors"][0]["message"]
+    async for s in serve(database_url, StatementLog(), Settings(database_url=database_url, production=True,
+                                                               introspection=False)):
+        assert "Did you mean" not in (await s.graphql(query))["errors"][0]["message"]
+        body = await s.graphql("{ __schema { queryType { name } } }")
+        assert body["errors"] and "introspection" in body["errors"][0]["message"].lower()
+        assert (await s.graphql('{ paper(arxivId: "2402.15627") { title } }'))["data"]["paper"]["title"]
