@@ -161,9 +161,19 @@ class App:
         self.dsn = dsn
         self.pool_init = pool_init
         self.pool: asyncpg.Pool | None = None
+        self.replicas: list[asyncpg.Pool] = []
+        self._next_replica = 0
         self.schema = make_schema(introspection=settings.introspection, production=settings.production)
 
     def session(self) -> Session:
+        """A read session: on a replica when there are any (round robin), else on the primary.
+
+        Every statement of one request runs on the one connection of its session, so a record's
+        statements all come from one replica and one snapshot.
+        """
+        if self.replicas:
+            self._next_replica = (self._next_replica + 1) % len(self.replicas)
+            return Session.from_pool(self.replicas[self._next_replica])
         if self.pool is None:
             raise ConnectionError("the database pool is not open")
         return Session.from_pool(self.pool)
@@ -277,7 +287,20 @@ class App:
         if missing:
             return JSONResponse({"status": "unavailable", "database": "reachable",
                                  "pending_migrations": missing}, status_code=503)
-        return JSONResponse({"status": "ready", "database": "reachable", "pending_migrations": []})
+        replicas = []
+        for i, pool in enumerate(self.replicas):
+            try:
+                async with pool.acquire(timeout=2) as conn:
+                    lag = await conn.fetchval(
+                        "SELECT extract(epoch FROM now() - pg_last_xact_replay_timestamp())::float8")
+                replicas.append({"replica": i, "reachable": True, "replay_lag_seconds": lag})
+            except Exception as exc:  # noqa: BLE001
+                replicas.append({"replica": i, "reachable": False, "detail": type(exc).__name__})
+        if replicas and not any(r["reachable"] for r in replicas):
+            return JSONResponse({"status": "unavailable", "database": "reachable", "replicas": replicas},
+                                status_code=503, headers={"Retry-After": RETRY_AFTER_SECONDS})
+        return JSONResponse({"status": "ready", "database": "reachable", "pending_migrations": [],
+                             "replicas": replicas})
 
 
 def create_app(settings: Settings | None = None, dsn: str | None = None, *,
@@ -291,11 +314,13 @@ def create_app(settings: Settings | None = None, dsn: str | None = None, *,
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         state.pool = await create_pool(settings, dsn, init=pool_init)
+        state.replicas = [await create_pool(settings, url, init=pool_init) for url in settings.replica_urls]
         try:
             yield
         finally:
-            await state.pool.close()
-            state.pool = None
+            for pool in [state.pool, *state.replicas]:
+                await pool.close()
+            state.pool, state.replicas = None, []
 
     from app.web import routes as web_routes
 

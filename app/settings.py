@@ -21,6 +21,8 @@ def _split(value: str) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class Settings:
     database_url: str | None = None
+    # Read replicas: the API's reads go to these (one replica per request); writes stay on the primary.
+    replica_urls: tuple[str, ...] = ()
     host: str = "127.0.0.1"
     port: int = 8000
     data_dir: Path = field(default_factory=_default_data_dir)
@@ -39,6 +41,7 @@ class Settings:
         return replace(
             base,
             database_url=env.get("DATABASE_URL") or None,
+            replica_urls=_split(env.get("DATABASE_REPLICA_URLS", "")),
             host=env.get("PITH_HOST", base.host),
             port=int(env.get("PITH_PORT", base.port)),
             data_dir=Path(env["PITH_DATA_DIR"]) if env.get("PITH_DATA_DIR") else base.data_dir,

@@ -147,11 +147,12 @@ class Served:
         return response.json()
 
 
-async def serve(url: str, log: StatementLog, settings: Settings | None = None) -> AsyncIterator[Served]:
+async def serve(url: str, log: StatementLog, settings: Settings | None = None,
+                pool_init: Any = None) -> AsyncIterator[Served]:
     async def init(conn: asyncpg.Connection) -> None:
         conn.add_query_logger(log)
 
-    app = create_app(settings or Settings(database_url=url), url, pool_init=init)
+    app = create_app(settings or Settings(database_url=url), url, pool_init=pool_init or init)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:

@@ -1,0 +1,147 @@
+"""A real streaming replica of the machine's PostgreSQL serves the API's reads; loads on the primary reach it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import asyncpg
+import pytest
+import pytest_asyncio
+
+from app.settings import Settings
+from tests.conftest import AUG9, SEED, StatementLog, create_database, drop_database, free_port, serve, with_database
+
+PRIMARY = os.environ.get("PITH_TEST_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+BIN = next(iter(sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)), None)
+
+
+def replication_allowed() -> str | None:
+    """Why a replica cannot be built here, or None."""
+    if BIN is None or not (BIN / "pg_basebackup").exists():
+        return "no PostgreSQL server binaries (pg_basebackup) on this machine"
+    if os.geteuid() != 0 or shutil.which("runuser") is None:
+        return "building a replica runs PostgreSQL as the postgres user: needs root and runuser"
+    if "127.0.0.1:5432" not in PRIMARY:
+        return "the replica test builds from the machine's PostgreSQL on 127.0.0.1:5432"
+    probe = subprocess.run(["runuser", "-u", "postgres", "--", str(BIN / "pg_receivewal"), "--help"],
+                           capture_output=True)
+    if probe.returncode != 0:
+        return "cannot run PostgreSQL tools as the postgres user"
+    check = subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-d", "postgres", "-Atc",
+                            "SELECT count(*) FROM pg_hba_file_rules WHERE 'replication' = ANY(database) "
+                            "AND (address = '127.0.0.1' OR type = 'local')"], capture_output=True, text=True)
+    if check.returncode != 0 or check.stdout.strip() in ("", "0"):
+        return ("the machine's pg_hba.conf allows no replication connection from 127.0.0.1 "
+                "(.ci/run adds `host replication all 127.0.0.1/32 trust`)")
+    return None
+
+
+pytestmark = [pytest.mark.asyncio(loop_scope="session"),
+              pytest.mark.skipif(replication_allowed() is not None, reason=str(replication_allowed()))]
+
+
+def as_postgres(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(["runuser", "-u", "postgres", "--", *args], capture_output=True, text=True, **kwargs)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def replica():
+    folder = Path(tempfile.mkdtemp(prefix="pith-replica-"))
+    shutil.chown(folder, "postgres", "postgres")
+    data = folder / "data"
+    port = free_port()
+    backup = as_postgres(str(BIN / "pg_basebackup"), "-h", "127.0.0.1", "-p", "5432", "-U", "postgres", "-D",
+                         str(data), "-R", "-X", "stream", "-c", "fast", timeout=300)
+    assert backup.returncode == 0, backup.stderr
+    # Debian keeps the configuration outside the data directory: give the replica its own.
+    (data / "postgresql.conf").write_text(
+        f"port = {port}\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '{folder}'\nhot_standby = on\n"
+        f"hba_file = '{data / 'pg_hba.conf'}'\nident_file = '{data / 'pg_ident.conf'}'\n")
+    (data / "pg_hba.conf").write_text("local all all trust\nhost all all 127.0.0.1/32 trust\n")
+    (data / "pg_ident.conf").write_text("")
+    for f in ("postgresql.conf", "pg_hba.conf", "pg_ident.conf"):
+        shutil.chown(data / f, "postgres", "postgres")
+    started = as_postgres(str(BIN / "pg_ctl"), "-D", str(data), "-l", str(folder / "log"), "-w", "start", timeout=120)
+    assert started.returncode == 0, started.stderr + (folder / "log").read_text()
+    yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    as_postgres(str(BIN / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop", timeout=120)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+async def wait_for(url: str, sql: str, expected, seconds: float = 30):
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            conn = await asyncpg.connect(url)
+            try:
+                value = await conn.fetchval(sql)
+            finally:
+                await conn.close()
+            if value == expected:
+                return value
+        except (asyncpg.InvalidCatalogNameError, asyncpg.UndefinedTableError, OSError):
+            value = None
+        if time.monotonic() > deadline:
+            raise AssertionError(f"replica never showed {expected!r} for {sql} (last {value!r})")
+        await asyncio.sleep(0.2)
+
+
+async def test_reads_come_from_the_replica_and_loads_reach_it(replica):
+    primary_db = await create_database(PRIMARY, "pith_test_repl")
+    name = primary_db.split("?")[0].rsplit("/", 1)[1]
+    replica_db = with_database(replica, name)
+    try:
+        # The new database and its migrations stream over.
+        await wait_for(replica_db, "SELECT count(*) FROM schema_migrations", 3)
+        assert await wait_for(replica_db, "SELECT pg_is_in_recovery()", True)
+        sent: dict[str, list[str]] = {"primary": [], "replica": []}
+
+        async def tag(conn: asyncpg.Connection) -> None:
+            where = "replica" if await conn.fetchval("SELECT pg_is_in_recovery()") else "primary"
+            conn.add_query_logger(lambda record: sent[where].append(record.query))
+
+        settings = Settings(database_url=primary_db, replica_urls=(replica_db,))
+        async for s in serve(primary_db, StatementLog(), settings, pool_init=tag):
+            assert (await s.client.get("/paper/2402.15627/citation-record.json")).status_code == 404
+            ready = (await s.client.get("/readyz")).json()
+            assert ready["replicas"][0]["reachable"] is True
+
+            conn = await asyncpg.connect(primary_db)
+            try:
+                loaded = await conn.fetchval("SELECT 1")  # the primary takes writes: load there
+                assert loaded == 1
+                from app.ingest.store import load_file
+
+                await load_file(conn, str(SEED))
+                await load_file(conn, str(AUG9))
+            finally:
+                await conn.close()
+            await wait_for(replica_db, "SELECT count(*) FROM citation_observations", 13)
+
+            sent["primary"].clear()
+            sent["replica"].clear()
+            body = await s.graphql('{ paper(arxivId: "2402.15627", asOf: "2026-08-09T12:00:00Z") { inbound { '
+                                   'totalCount } } r: citationRecord(arxivId: "2402.15627", '
+                                   'asOf: "2026-08-05T04:52:00Z") { contextDigest } }')
+            assert body["data"]["paper"]["inbound"]["totalCount"] == 13
+            response = await s.client.get("/paper/2402.15627/citation-record.json?as_of=2026-08-05T04:52:00Z")
+            assert response.content == SEED.read_bytes()
+
+            # Every read of those requests ran on the replica; none on the primary.
+            assert any("citation_observations" in q for q in sent["replica"])
+            assert sent["primary"] == []
+            on_replica = await asyncpg.connect(replica_db)
+            try:
+                assert await on_replica.fetchval("SELECT pg_is_in_recovery()") is True
+                with pytest.raises(asyncpg.ReadOnlySQLTransactionError):
+                    await on_replica.execute("CREATE TABLE nope (x int)")
+            finally:
+                await on_replica.close()
+    finally:
+        await drop_database(PRIMARY, primary_db)
