@@ -101,7 +101,9 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         target = app
     # log_config=None: uvicorn's loggers go through ours, so JSON logs stay JSON.
     uvicorn.run(target, factory=args.workers > 1, host=settings.host, port=settings.port, workers=args.workers,
-                log_config=None, log_level="warning", proxy_headers=False, access_log=False)
+                log_config=None, log_level="warning", proxy_headers=False, access_log=False,
+                # Longer than the usual load balancer idle timeout (60 s), so the balancer closes first.
+                timeout_keep_alive=75)
     return 0
 
 

@@ -125,7 +125,7 @@ async def test_load_mixed_requests_without_errors_and_flat_memory(database_url):
     started = time.monotonic()
     deadline = started + LOAD_SECONDS
     try:
-        async with httpx.AsyncClient(base_url=server.base, timeout=30,
+        async with httpx.AsyncClient(base_url=server.base, timeout=120,
                                      limits=httpx.Limits(max_connections=LOAD_CLIENTS)) as client:
             async def one_client(i: int) -> None:
                 n = i
