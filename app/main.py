@@ -26,7 +26,7 @@ from app.context import Context
 from app.db.pool import Session, create_pool
 from app.logs import request_id
 from app.schema import make_schema
-from app.settings import Settings, redact_url
+from app.settings import Settings
 
 log = logging.getLogger("pith.http")
 access = logging.getLogger("pith.access")

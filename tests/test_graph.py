@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import AUG9_AS_OF, HUB, NARROW_TREE, ROOT, SEED_AS_OF, WIDE_TREE, aug9_documents, seed_bytes
+from tests.conftest import AUG9_AS_OF, HUB, NARROW_TREE, SEED_AS_OF, WIDE_TREE, aug9_documents, seed_bytes
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
 
 import asyncpg
 import httpx
@@ -20,7 +19,7 @@ import pytest
 import pytest_asyncio
 
 from app.settings import Settings
-from tests.conftest import AUG9, ROOT, SEED, LiveServer, StatementLog, create_database, drop_database, serve, with_database
+from tests.conftest import AUG9, ROOT, SEED, LiveServer, StatementLog, create_database, drop_database, serve
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

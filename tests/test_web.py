@@ -10,7 +10,6 @@ from html.parser import HTMLParser
 import asyncpg
 import pytest
 
-from app import record
 from loaders.rows import STATUSES
 from tests.conftest import AUG9_AS_OF, SEED_AS_OF, SHARED, ROOT, StatementLog, serve, seed_bytes
 from tests.graphs import BASE, Graph

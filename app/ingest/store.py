@@ -10,7 +10,6 @@ import json
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import IO, Any, Iterator
 
 import asyncpg
