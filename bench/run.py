@@ -527,10 +527,17 @@ def report() -> str:
                          f"naive {r['R4']['naive']['p50_ms']:.1f} ms with {r['R4']['naive']['statements']}")
         if "R7" in r:
             b = r.get("bulk", {})
-            lines.append(f"- R7: {b.get('observations', 0):,} observations, {b.get('rows', 0):,} rows; synth {b.get('seconds', 0):.1f} s "
-                         f"(generate {b.get('generate_seconds', 0):.1f}, COPY {b.get('copy_seconds', 0):.1f}, merge "
-                         f"{b.get('merge_seconds', 0):.1f}, indexes {b.get('index_seconds', 0):.1f}); psql COPY "
-                         f"{r['R7']['floor']['seconds']:.1f} s")
+
+            def sec(key: str) -> str:
+                return f"{b[key]:.1f}" if isinstance(b.get(key), (int, float)) else "n/a"
+
+            floor = r["R7"]["floor"]
+            lines.append(f"- R7: {b.get('observations', 0):,} observations, {b.get('rows', 0):,} rows; synth {sec('seconds')} s "
+                         f"(generate {sec('generate_seconds')}, COPY {sec('copy_seconds')}, merge {sec('merge_seconds')}, "
+                         f"indexes {sec('index_seconds')}); psql COPY floor {floor['seconds']:.1f} s for "
+                         f"{floor['observations']:,} observations ({floor['observations_per_s']:,.0f}/s)"
+                         + (f"; {floor['partial']}" if floor.get("partial") else "")
+                         + (f"; {b['note']}" if b.get("note") else ""))
         m = r.get("machine", {})
         if m:
             lines.append(f"- machine: {m['cpu']}, {m['cores']} cores; {m['postgresql']['version'].split(' on ')[0]}; "
