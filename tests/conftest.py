@@ -218,17 +218,19 @@ class LiveServer:
 
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
+        # Logs go to a file: an undrained pipe fills up and blocks the server's event loop.
+        self.log = tempfile.NamedTemporaryFile(prefix="pith-serve-", suffix=".log", delete=False)
         self.process = subprocess.Popen(
             [sys.executable, "-m", "app.cli", "serve", "--port", str(self.port)],
             env={**os.environ, "DATABASE_URL": database_url, **(env or {})},
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL, stderr=self.log,
         )
         import time
 
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError("server exited: " + self.process.stderr.read().decode())
+                raise RuntimeError("server exited: " + self.logs())
             try:
                 if httpx.get(self.base + "/healthz", timeout=1).status_code == 200:
                     return
@@ -237,6 +239,11 @@ class LiveServer:
         self.stop()
         raise RuntimeError("server did not start in 30 s")
 
+    def logs(self) -> str:
+        if not self.log.closed:
+            self.log.flush()
+        return Path(self.log.name).read_text(errors="replace")
+
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.terminate()
@@ -244,8 +251,8 @@ class LiveServer:
                 self.process.wait(10)
             except Exception:  # noqa: BLE001
                 self.process.kill()
-        if self.process.stderr:
-            self.process.stderr.close()
+                self.process.wait(10)
+        self.log.close()
 
 
 @pytest.fixture(scope="session")

@@ -15,8 +15,8 @@ def test_json_logs_carry_the_request_id(database_url):
         response = httpx.get(server.base + "/paper/2402.15627/citation-record.json", timeout=10)
         rid = response.headers["x-request-id"]
     finally:
-        server.process.terminate()
-        _, err = server.process.communicate(timeout=15)
+        server.stop()
+    err = server.logs().encode()
     lines = [line for line in err.decode().splitlines() if line.strip()]
     entries = [json.loads(line) for line in lines if line.startswith("{")]
     assert entries, err
