@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import html
 import json
 
 from starlette.requests import Request
@@ -68,5 +67,3 @@ def graphiql_page(request: Request, query: str | None = None) -> HTMLResponse:
 
 _CSP = ("default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
         "img-src 'self' data:; connect-src 'self'; font-src 'self' data:")
-
-__all__ = ["graphiql_page", "DEFAULT_QUERY", "html"]
