@@ -138,19 +138,28 @@ def cmd_export(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-async def _export(dsn: str, arxiv_id: str, as_of: datetime, uncapped: bool) -> bytes | None:
+async def _record_bytes(conn: asyncpg.Connection, arxiv_ids: list[str], as_of: datetime,
+                        uncapped: bool) -> list[bytes | None]:
+    """Canonical records of several papers in one read-only transaction (six statements in all)."""
     from app import record
     from app.db.pool import Session
     from loaders.record import SERVED_CAPS, record_rows
 
-    conn = await asyncpg.connect(dsn)
     session = Session.from_connection(conn)
     try:
-        (rows,) = await record_rows(session, [arxiv_id], as_of, caps=None if uncapped else SERVED_CAPS)
+        rows = await record_rows(session, arxiv_ids, as_of, caps=None if uncapped else SERVED_CAPS)
     finally:
         await session.close()
+    return [None if r is None else record.canonical_bytes(record.build_record(r)) for r in rows]
+
+
+async def _export(dsn: str, arxiv_id: str, as_of: datetime, uncapped: bool) -> bytes | None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        (data,) = await _record_bytes(conn, [arxiv_id], as_of, uncapped)
+    finally:
         await conn.close()
-    return None if rows is None else record.canonical_bytes(record.build_record(rows))
+    return data
 
 
 def cmd_synth(args: argparse.Namespace, settings: Settings) -> int:
@@ -192,10 +201,6 @@ def cmd_dump(args: argparse.Namespace, settings: Settings) -> int:
 
 async def _dump(dsn: str, path: str, as_of: datetime) -> int:
     """Every paper's uncapped record, one per line: what `load` reads back."""
-    from app import record
-    from app.db.pool import Session
-    from loaders.record import record_rows
-
     conn = await asyncpg.connect(dsn)
     count = 0
     try:
@@ -204,14 +209,9 @@ async def _dump(dsn: str, path: str, as_of: datetime) -> int:
         out = sys.stdout.buffer if path == "-" else open(path, "wb")
         try:
             for start in range(0, len(ids), 100):
-                session = Session.from_connection(conn)
-                try:
-                    rows = await record_rows(session, ids[start:start + 100], as_of, caps=None)
-                finally:
-                    await session.close()
-                for r in rows:
-                    if r is not None:
-                        out.write(record.canonical_bytes(record.build_record(r)) + b"\n")
+                for data in await _record_bytes(conn, ids[start:start + 100], as_of, uncapped=True):
+                    if data is not None:
+                        out.write(data + b"\n")
                         count += 1
         finally:
             if out is not sys.stdout.buffer:

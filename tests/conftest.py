@@ -20,6 +20,7 @@ import pytest
 import pytest_asyncio
 
 from app.db.migrate import migrate
+from app.ingest.store import TABLES as STORE_TABLES
 from app.ingest.store import load_file
 from app.main import create_app
 from app.settings import Settings
@@ -30,6 +31,7 @@ AUG9 = ROOT / "app" / "sample" / "records-2402.15627-2026-08-09.ndjson"
 SHARED = ROOT.parent / "shared"
 SEED_AS_OF = "2026-08-05T04:52:00Z"
 AUG9_AS_OF = "2026-08-09T12:00:00Z"
+FACT_TABLES = tuple(t.name for t in STORE_TABLES)
 TRANSACTION_CONTROL = ("BEGIN", "COMMIT", "ROLLBACK", "START TRANSACTION", "SET TRANSACTION", "SAVEPOINT",
                        "RELEASE SAVEPOINT")
 

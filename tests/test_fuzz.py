@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from app import record
 from app.ingest.store import ImportRejected, load_file
-from tests.conftest import seed_bytes
+from tests.conftest import FACT_TABLES as TABLES, seed_bytes
 
 EXAMPLES = int(os.environ.get("PITH_FUZZ_EXAMPLES", "25"))
 
@@ -80,8 +80,6 @@ def mutations(draw):
     return doc
 
 
-TABLES = ("paper_snapshots", "work_snapshots", "citation_observations", "resolutions", "standing_receipts",
-          "work_events", "external_measurements")
 
 
 def test_mutated_documents_load_exactly_or_write_nothing(empty_database, tmp_path):

@@ -12,13 +12,11 @@ import pytest_asyncio
 
 from app import record
 from app.ingest.store import ImportRejected, load_file
-from tests.conftest import AUG9, SEED, aug9_documents, seed_bytes
+from tests.conftest import FACT_TABLES, AUG9, SEED, aug9_documents, seed_bytes
 from tests.test_record import pith_graph
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
-FACT_TABLES = ("paper_snapshots", "work_snapshots", "citation_observations", "resolutions", "standing_receipts",
-               "work_events", "external_measurements")
 
 
 def seed() -> dict:

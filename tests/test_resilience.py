@@ -19,15 +19,13 @@ import pytest
 import pytest_asyncio
 
 from app.settings import Settings
-from tests.conftest import AUG9, ROOT, SEED, LiveServer, StatementLog, create_database, drop_database, serve
+from tests.conftest import FACT_TABLES as TABLES, AUG9, ROOT, SEED, LiveServer, StatementLog, create_database, drop_database, serve
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 LOAD_SECONDS = float(os.environ.get("PITH_LOAD_SECONDS", "5"))
 LOAD_CLIENTS = int(os.environ.get("PITH_LOAD_CLIENTS", "64"))
 ARTIFACTS = ROOT / "tests" / "artifacts"
-TABLES = ("paper_snapshots", "work_snapshots", "citation_observations", "resolutions", "standing_receipts",
-          "work_events", "external_measurements")
 
 
 def cli(*args: str, url: str, **kwargs) -> subprocess.Popen:

@@ -28,6 +28,12 @@ def check_first(first: int) -> int:
     return first
 
 
+FirstArg = Annotated[int, strawberry.argument(description="Page size, 1 to 100.")]
+AfterArg = Annotated[str | None, strawberry.argument(description="endCursor of the previous page.")]
+StatusArg = Annotated[list[ResolutionStatus] | None,
+                      strawberry.argument(description="Only edges whose resolution has one of these statuses.")]
+
+
 def _statuses(status: list[ResolutionStatus] | None) -> tuple[str, ...] | None:
     return None if status is None else tuple(sorted({s.value for s in status}))
 
@@ -56,10 +62,9 @@ class Paper:
         "(the record's order). Keyset cursors: any page costs what the first does."))
     def inbound(
         self,
-        first: Annotated[int, strawberry.argument(description="Page size, 1 to 100.")] = 100,
-        after: Annotated[str | None, strawberry.argument(description="endCursor of the previous page.")] = None,
-        status: Annotated[list[ResolutionStatus] | None,
-                          strawberry.argument(description="Only edges whose resolution has one of these statuses.")] = None,
+        first: FirstArg = 100,
+        after: AfterArg = None,
+        status: StatusArg = None,
     ) -> Annotated["CitationConnection", strawberry.lazy("app.types.observation")]:
         from app.types.observation import CitationConnection
 
@@ -69,10 +74,9 @@ class Paper:
     @strawberry.field(description="This paper's references, ordered by reference index, then observation id.")
     def outbound(
         self,
-        first: Annotated[int, strawberry.argument(description="Page size, 1 to 100.")] = 100,
-        after: Annotated[str | None, strawberry.argument(description="endCursor of the previous page.")] = None,
-        status: Annotated[list[ResolutionStatus] | None,
-                          strawberry.argument(description="Only edges whose resolution has one of these statuses.")] = None,
+        first: FirstArg = 100,
+        after: AfterArg = None,
+        status: StatusArg = None,
         cites_retracted: Annotated[bool | None, strawberry.argument(description=(
             "true: only references to works whose latest retraction, withdrawal or reinstatement event is a "
             "retraction or withdrawal; false: only the others."))] = None,
