@@ -19,6 +19,8 @@ from app.settings import Settings, redact_url
 
 log = logging.getLogger("pith")
 
+GRACEFUL_SHUTDOWN_SECONDS = 5
+
 
 def _database_url(settings: Settings) -> str:
     """The configured server, or the embedded one started in the data directory."""
@@ -103,7 +105,10 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     uvicorn.run(target, factory=args.workers > 1, host=settings.host, port=settings.port, workers=args.workers,
                 log_config=None, log_level="warning", proxy_headers=False, access_log=False,
                 # Longer than the usual load balancer idle timeout (60 s), so the balancer closes first.
-                timeout_keep_alive=75)
+                timeout_keep_alive=75,
+                # SIGTERM: requests still running after this are cancelled (their sessions roll back and
+                # release), then the pool closes; the process is gone well within 10 s.
+                timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS)
     return 0
 
 
@@ -222,11 +227,18 @@ async def _dump(dsn: str, path: str, as_of: datetime) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pith-graph", description=__doc__)
-    parser.add_argument("--database-url", help="PostgreSQL URL (default: $DATABASE_URL, else the embedded server)")
-    parser.add_argument("--data-dir", type=Path, help="embedded server's data directory ($PITH_DATA_DIR)")
-    parser.add_argument("-v", "--verbose", action="store_true")
+    # The options every command shares work before the command and after it (`pith-graph serve
+    # --data-dir X`); SUPPRESS keeps a subcommand from overwriting what was given before it.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--database-url", default=argparse.SUPPRESS,
+                        help="PostgreSQL URL (default: $DATABASE_URL, else the embedded server)")
+    common.add_argument("--data-dir", type=Path, default=argparse.SUPPRESS,
+                        help="embedded server's data directory ($PITH_DATA_DIR)")
+    common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS)
+    parser = argparse.ArgumentParser(prog="pith-graph", description=__doc__, parents=[common])
     sub = parser.add_subparsers(dest="command", required=True)
+    _add_parser = sub.add_parser
+    sub.add_parser = lambda *a, **k: _add_parser(*a, parents=[common], **k)  # type: ignore[method-assign]
 
     serve = sub.add_parser("serve", help="migrate, then serve GraphQL, GraphiQL and the HTTP pages")
     serve.add_argument("--host", help="interface to listen on ($PITH_HOST, default 127.0.0.1)")
@@ -265,15 +277,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     settings = Settings.from_env()
     overrides = {
-        "database_url": args.database_url,
-        "data_dir": args.data_dir,
+        "database_url": getattr(args, "database_url", None),
+        "data_dir": getattr(args, "data_dir", None),
         "host": getattr(args, "host", None),
         "port": getattr(args, "port", None),
     }
     settings = replace(settings, **{k: v for k, v in overrides.items() if v is not None})
     from app.logs import configure_logging
 
-    configure_logging(settings.log_format, verbose=args.verbose)
+    configure_logging(settings.log_format, verbose=getattr(args, "verbose", False))
     try:
         return args.func(args, settings)
     except asyncpg.InsufficientPrivilegeError as exc:

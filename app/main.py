@@ -119,6 +119,7 @@ class BodyLimitAndCancelOnDisconnect:
         body = b"".join(chunks)
         gone = asyncio.Event()
         delivered = False
+        finished = False  # the whole response went out
 
         async def replay() -> dict:
             nonlocal delivered
@@ -128,9 +129,23 @@ class BodyLimitAndCancelOnDisconnect:
             await gone.wait()
             return {"type": "http.disconnect"}
 
-        handler = asyncio.ensure_future(self.app(scope, replay, send))
+        async def send_tracked(message: dict) -> None:
+            nonlocal finished
+            await send(message)
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                finished = True
+
+        handler = asyncio.ensure_future(self.app(scope, replay, send_tracked))
         watcher = asyncio.ensure_future(receive())
-        done, _ = await asyncio.wait({handler, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        try:
+            done, _ = await asyncio.wait({handler, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            # This request is being cancelled (the server is shutting down): so is its handler, and
+            # its cleanup (rollback, release) finishes before we go.
+            watcher.cancel()
+            handler.cancel()
+            await asyncio.wait({handler})
+            raise
         if handler in done:
             watcher.cancel()
             handler.result()
@@ -139,7 +154,8 @@ class BodyLimitAndCancelOnDisconnect:
         if message["type"] == "http.disconnect":
             gone.set()
             handler.cancel()
-            log.info("client went away: cancelled %s %s", scope.get("method"), scope.get("path"))
+            if not finished:
+                log.info("client went away: cancelled %s %s", scope.get("method"), scope.get("path"))
             with contextlib.suppress(asyncio.CancelledError):
                 await handler
         else:  # pragma: no cover - nothing else arrives after a complete body
@@ -300,7 +316,7 @@ class App:
             return JSONResponse({"status": "unavailable", "database": "reachable", "replicas": replicas},
                                 status_code=503, headers={"Retry-After": RETRY_AFTER_SECONDS})
         return JSONResponse({"status": "ready", "database": "reachable", "pending_migrations": [],
-                             "replicas": replicas})
+                             "replicas": replicas, "pool": pool_figures(self.pool)})
 
 
 def create_app(settings: Settings | None = None, dsn: str | None = None, *,
@@ -318,9 +334,9 @@ def create_app(settings: Settings | None = None, dsn: str | None = None, *,
         try:
             yield
         finally:
-            for pool in [state.pool, *state.replicas]:
-                await pool.close()
-            state.pool, state.replicas = None, []
+            pools, state.pool, state.replicas = [state.pool, *state.replicas], None, []
+            for pool in pools:
+                await close_pool(pool)
 
     from app.web import routes as web_routes
 
@@ -345,6 +361,25 @@ def create_app(settings: Settings | None = None, dsn: str | None = None, *,
                                         **{e: _unavailable for e in UNAVAILABLE}})
     app.state.pith = state
     return app
+
+
+def pool_figures(pool: asyncpg.Pool | None) -> dict[str, int]:
+    """Connections open, idle (free to take), and the ceiling; readiness shows them."""
+    if pool is None:
+        return {"size": 0, "idle": 0, "max": 0}
+    return {"size": pool.get_size(), "idle": pool.get_idle_size(), "max": pool.get_max_size()}
+
+
+POOL_CLOSE_SECONDS = 3.0
+
+
+async def close_pool(pool: asyncpg.Pool) -> None:
+    """Close gracefully, but within a bound: a connection still out after it is terminated."""
+    try:
+        await asyncio.wait_for(pool.close(), POOL_CLOSE_SECONDS)
+    except (TimeoutError, asyncio.TimeoutError):
+        log.warning("pool did not close in %.0f s; terminating its connections", POOL_CLOSE_SECONDS)
+        pool.terminate()
 
 
 async def _unavailable(request: Request, exc: Exception) -> Response:

@@ -52,12 +52,27 @@ async def create_pool(settings: Settings, dsn: str, *, init: Callable[[asyncpg.C
     )
 
 
+class SessionClosed(RuntimeError):
+    """A statement was asked of a session that its request has already closed."""
+
+
+# Cleanups that outlive a cancelled caller: kept referenced until they finish.
+_cleanups: set[asyncio.Task] = set()
+
+
 class Session:
     """One read-only REPEATABLE READ transaction, opened on the first statement.
 
     Everything a request reads comes from one snapshot, so totals and itemized lists agree even
-    while a load commits. DataLoaders of one request dispatch concurrently; the lock keeps their
-    statements in turn on the one connection.
+    while a load commits. DataLoaders of one request dispatch concurrently, each batch in a task of
+    its own (aiodataloader schedules them); the lock keeps their statements in turn on the one
+    connection.
+
+    Closing is the one way a connection goes back: a closed session refuses every statement (a batch
+    task that wakes up late cannot take a second connection), the tasks still running a statement
+    are cancelled and awaited, and only then is the transaction rolled back and the connection
+    released. The cleanup runs in a task of its own, so cancelling the request does not cut it
+    short; asyncpg's release waits out a cancelled statement and rolls back whatever is left open.
     """
 
     def __init__(self, acquire: Callable[[], Awaitable[asyncpg.Connection]],
@@ -67,6 +82,8 @@ class Session:
         self._conn: asyncpg.Connection | None = None
         self._tx: Any = None
         self._lock = asyncio.Lock()
+        self._closed = False
+        self._working: set[asyncio.Task] = set()
         self.statements = 0
 
     @classmethod
@@ -80,28 +97,62 @@ class Session:
 
         return cls(acquire)
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     async def fetch(self, sql: str, *args: Any) -> Sequence[asyncpg.Record]:
-        async with self._lock:
-            if self._conn is None:
-                conn = await self._acquire()
-                try:
-                    tx = conn.transaction(isolation="repeatable_read", readonly=True)
-                    await tx.start()
-                except BaseException:
-                    if self._release is not None:
-                        await self._release(conn)
-                    raise
-                self._conn, self._tx = conn, tx
-            self.statements += 1
-            return await self._conn.fetch(sql, *args)
+        task = asyncio.current_task()
+        if task is not None:
+            self._working.add(task)
+        try:
+            async with self._lock:
+                if self._closed:
+                    raise SessionClosed("the request's database session is closed")
+                if self._conn is None:
+                    conn = await self._acquire()
+                    try:
+                        tx = conn.transaction(isolation="repeatable_read", readonly=True)
+                        await tx.start()
+                    except BaseException:
+                        if self._release is not None:
+                            await self._release(conn)
+                        raise
+                    self._conn, self._tx = conn, tx
+                self.statements += 1
+                return await self._conn.fetch(sql, *args)
+        finally:
+            if task is not None:
+                self._working.discard(task)
 
     async def close(self) -> None:
-        conn, self._conn = self._conn, None
+        if self._closed:
+            return
+        self._closed = True
+        current = asyncio.current_task()
+        others = [t for t in self._working if t is not current and not t.done()]
+        for task in others:
+            task.cancel()
+        cleanup = asyncio.ensure_future(self._finish(others))
+        _cleanups.add(cleanup)
+        cleanup.add_done_callback(_cleanups.discard)
+        await asyncio.shield(cleanup)
+
+    async def _finish(self, others: list[asyncio.Task]) -> None:
+        if others:
+            await asyncio.gather(*others, return_exceptions=True)
+        async with self._lock:
+            conn, self._conn = self._conn, None
         if conn is None:
             return
         try:
-            if not conn.is_closed():
+            # After a cancelled statement the connection is still cancelling: the pool's release
+            # waits for that and rolls back. Otherwise roll back here, as the transaction's owner.
+            if not conn.is_closed() and conn.is_in_transaction() and (not others or self._release is None):
                 await self._tx.rollback()
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
+            if self._release is None:
+                raise
         finally:
             if self._release is not None:
                 await self._release(conn)
