@@ -83,6 +83,10 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 
     from app.main import create_app
 
+    # From the first moment: as PID 1 (a container) a signal with no handler is ignored, so SIGTERM
+    # during start-up (embedded server, migrations, sample) would do nothing. Exiting normally lets the
+    # embedded server's exit handler stop PostgreSQL; uvicorn re-raises SIGTERM after its shutdown.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     dsn = _database_url(settings)
     applied = asyncio.run(_migrate(dsn))
     if applied:
@@ -91,9 +95,6 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         asyncio.run(_load(dsn, sample_files(), quiet=True))
         log.info("loaded the bundled sample records")
     app = create_app(settings, dsn=dsn)
-    # uvicorn re-raises SIGTERM after its graceful shutdown; exiting normally instead lets the
-    # embedded server's exit handler stop PostgreSQL.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     log.info("serving on http://%s:%s/graphql (GraphiQL in a browser)", settings.host, settings.port)
     if args.workers > 1:
         # Each worker process builds its own app (and pool) from the environment.
@@ -119,9 +120,13 @@ def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_load(args: argparse.Namespace, settings: Settings) -> int:
+    paths = [*(sample_files() if args.sample else []), *args.paths]
+    if not paths:
+        print("error: name the files to load (PATH..., - for standard input), or --sample", file=sys.stderr)
+        return 2
     dsn = _database_url(settings)
     asyncio.run(_migrate(dsn))
-    failed = asyncio.run(_load(dsn, args.paths))
+    failed = asyncio.run(_load(dsn, paths))
     return 1 if failed else 0
 
 
@@ -250,7 +255,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("migrate", help="apply pending SQL migrations").set_defaults(func=cmd_migrate)
 
     load = sub.add_parser("load", help="import v1 documents (.json, .ndjson, or - for standard input)")
-    load.add_argument("paths", nargs="+", metavar="PATH")
+    load.add_argument("paths", nargs="*", metavar="PATH")
+    load.add_argument("--sample", action="store_true",
+                      help="also load the bundled sample records (what the embedded server starts with)")
     load.set_defaults(func=cmd_load)
 
     export = sub.add_parser("export", help="write a paper's canonical v1 record to standard output")

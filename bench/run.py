@@ -76,6 +76,16 @@ def with_database(url: str, name: str) -> str:
 # --- data ----------------------------------------------------------------------------------------
 
 
+async def drop_bench_database(admin: str, scale: int) -> None:
+    """What a run creates, it drops (unless asked to keep it): a 10k graph is about 200 MB."""
+    conn = await asyncpg.connect(admin)
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "pith_bench_{scale}" WITH (FORCE)')
+    finally:
+        await conn.close()
+    log(f"dropped database pith_bench_{scale} (--keep keeps it)")
+
+
 async def setup(admin: str, scale: int, seed: int, reuse: bool) -> tuple[str, dict[str, Any]]:
     name = f"pith_bench_{scale}"
     url = with_database(admin, name)
@@ -562,13 +572,19 @@ def main() -> int:
     parser.add_argument("--admin-url", default=os.environ.get("PITH_BENCH_ADMIN_URL",
                                                               "postgresql://postgres@127.0.0.1:5432/postgres"))
     parser.add_argument("--no-save", action="store_true", help="do not write results (smoke runs)")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the benchmark databases for a later --reuse (default: drop them; --reuse keeps)")
     args = parser.parse_args()
     if args.quick:
         args.requests, args.seconds = 20, 2
     if not args.report:
         RESULTS.mkdir(parents=True, exist_ok=True)
         for scale in args.scales:
-            result = run_scale(args.admin_url, scale, args)
+            try:
+                result = run_scale(args.admin_url, scale, args)
+            finally:
+                if not (args.keep or args.reuse):
+                    asyncio.run(drop_bench_database(args.admin_url, scale))
             if not args.no_save:
                 path = RESULTS / f"{datetime.now(timezone.utc):%Y-%m-%d}-{scale}.json"
                 path.write_text(json.dumps(result, indent=2, default=str) + "\n")

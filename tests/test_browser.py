@@ -92,3 +92,45 @@ def test_a_person_reads_records_and_explores_the_api(live, browser):
     assert "MegaScale" in response and '"errors"' not in response
     shot(browser, "7-graphiql-result")
     assert resources_outside(browser, base) == []
+
+
+# Layout checks a reader would trip over, measured in the page at each width.
+LAYOUT = """
+const issues = [];
+const width = document.documentElement.clientWidth;
+if (document.documentElement.scrollWidth > width + 1) issues.push('page wider than the window');
+for (const t of document.querySelectorAll('main time')) {
+  if (t.getClientRects().length > 1) issues.push('timestamp wraps: ' + t.textContent);
+}
+for (const p of document.querySelectorAll('p.papers')) {
+  const links = p.querySelectorAll('a');
+  if (links.length === 2) {
+    const a = links[0].getBoundingClientRect(), b = links[1].getBoundingClientRect();
+    if (b.top < a.bottom - 1) issues.push('citing and cited links share a line: ' + p.textContent.slice(0, 60));
+  }
+}
+for (const d of document.querySelectorAll('dl.counts > div')) {
+  const dt = d.querySelector('dt').getBoundingClientRect(), dd = d.querySelector('dd').getBoundingClientRect();
+  const sameLine = dd.top < dt.bottom - 1;
+  if (sameLine && dd.left - dt.right < 8) issues.push('label runs into its value: ' + d.textContent);
+}
+return issues;
+"""
+
+
+@pytest.mark.parametrize("width,height", [(390, 844), (1280, 1000)], ids=["phone", "desktop"])
+def test_pages_read_cleanly_at_phone_and_desktop_widths(live, browser, width, height):
+    browser.set_window_size(width, height)
+    try:
+        for name, path in [("ledger", "/paper/2402.15627/citation-record?as_of=2026-08-09T12:00:00Z"),
+                           ("paper", "/paper/2402.15627"), ("integrity", "/paper/2402.15627/integrity"),
+                           ("evidence", "/evidence"), ("home", "/?q=training")]:
+            browser.get(live.base + path)
+            browser.execute_script("document.documentElement.style.scrollBehavior = 'auto'")
+            shot(browser, f"layout-{name}-{width}")
+            if browser.execute_script("return !!document.querySelector('li.observation')"):
+                browser.execute_script("document.querySelector('li.observation').scrollIntoView()")
+                shot(browser, f"layout-{name}-{width}-observation")
+            assert browser.execute_script(LAYOUT) == [], f"{name} at {width}px"
+    finally:
+        browser.set_window_size(1280, 1000)

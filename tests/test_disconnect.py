@@ -24,7 +24,8 @@ import httpx
 import psutil
 import pytest
 
-from tests.conftest import ROOT, LiveServer, free_port
+from app.ingest.store import load_file
+from tests.conftest import AUG9, ROOT, SEED, LiveServer, free_port
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -195,9 +196,13 @@ async def sigterm_under_load(process: subprocess.Popen, base: str, blocker: asyn
     return elapsed
 
 
-async def test_sigterm_during_load_stops_the_server_promptly(database_url):
-    server = LiveServer(database_url)
+async def test_sigterm_during_load_stops_the_server_promptly(empty_database):
+    # A database of its own: no other test server's connections in pg_stat_activity.
+    database_url = empty_database
     blocker = await asyncpg.connect(database_url)
+    for path in (SEED, AUG9):
+        await load_file(blocker, str(path))
+    server = LiveServer(database_url)
     try:
         elapsed = await sigterm_under_load(server.process, server.base, blocker)
         assert elapsed < 10, f"stopped {elapsed:.1f} s after SIGTERM"
@@ -241,3 +246,32 @@ async def test_sigterm_during_load_stops_the_embedded_postgresql_too():
             process.kill()
         log.close()
         shutil.rmtree(data, ignore_errors=True)
+
+
+async def test_only_responses_cut_short_are_logged_as_disconnects(live):
+    """A client that reads a whole response and then hangs up is not a client that went away."""
+    async def download_then_hang_up(path: str) -> int:
+        reader, writer = await asyncio.open_connection("127.0.0.1", live.port)
+        try:
+            writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            await writer.drain()
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                              if line.lower().startswith(b"content-length:")))
+            body = await reader.readexactly(length)
+            return len(body)
+        finally:
+            writer.transport.abort()
+
+    before = live.logs().count("client went away")
+    sizes = [await download_then_hang_up("/static/vendor/graphiql.min.js") for _ in range(4)]
+    sizes += [await download_then_hang_up(f"/paper/{PAPER}/citation-record.json") for _ in range(4)]
+    await asyncio.sleep(0.5)
+    assert all(sizes)
+    assert live.logs().count("client went away") == before, live.logs()[-2000:]
+    # A response really cut short is logged.
+    await abandon(live.port, post(GRAPHQL_MANY), "during", random.Random(1))
+    deadline = time.monotonic() + 5
+    while live.logs().count("client went away") == before and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    assert live.logs().count("client went away") > before

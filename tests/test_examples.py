@@ -11,8 +11,9 @@ from tests.conftest import AUG9_AS_OF, ROOT
 
 
 def test_two_hop_csv_against_the_server(live):
+    """-S: no site-packages, so the example runs on a plain install (the standard library only)."""
     done = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "two_hop_csv.py"), "2402.15627", "--url", live.base + "/graphql",
+        [sys.executable, "-S", str(ROOT / "examples" / "two_hop_csv.py"), "2402.15627", "--url", live.base + "/graphql",
          "--as-of", AUG9_AS_OF],
         capture_output=True, text=True, timeout=60,
     )

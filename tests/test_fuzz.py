@@ -18,7 +18,7 @@ from tests.conftest import FACT_TABLES as TABLES, seed_bytes
 EXAMPLES = int(os.environ.get("PITH_FUZZ_EXAMPLES", "25"))
 
 
-def test_schemathesis_finds_no_server_errors(live):
+def test_schemathesis_finds_no_server_errors(live, tmp_path):
     """schemathesis in GraphQL mode, fixed examples and seed, against `pith-graph serve`."""
     import subprocess
     import sys
@@ -27,7 +27,7 @@ def test_schemathesis_finds_no_server_errors(live):
     cli = Path(sys.executable).parent / "schemathesis"
     done = subprocess.run([str(cli), "run", live.base + "/graphql", "--max-examples", str(EXAMPLES),
                            "--seed", "20261129", "--checks", "not_a_server_error", "--workers", "1"],
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)  # its cache stays out of the clone
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     summary = re.search(r"(\d+) generated, (\d+) passed", done.stdout)
     assert summary and summary.group(1) == summary.group(2) and int(summary.group(1)) >= EXAMPLES, done.stdout[-2000:]

@@ -11,12 +11,12 @@ import asyncpg
 import pytest
 
 from loaders.rows import STATUSES
-from tests.conftest import AUG9_AS_OF, SEED_AS_OF, SHARED, ROOT, StatementLog, serve, seed_bytes
+from tests.conftest import AUG9_AS_OF, SEED_AS_OF, ROOT, StatementLog, serve, seed_bytes
 from tests.graphs import BASE, Graph
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
-LEDGER_GOLDEN = SHARED / "seeds" / "ledger-2402.15627-2026-08-09.txt"
+LEDGER_GOLDEN = ROOT / "tests" / "data" / "ledger-2402.15627-2026-08-09.txt"
 
 
 class _Text(HTMLParser):
@@ -163,6 +163,12 @@ async def test_integrity_recomputes_every_digest(served):
     assert [c["stated"] for c in body["observations"]] == [o["observation_digest"] for o in seed["inbound"]]
     assert "sort_keys=True" in body["rules"]["canonical_json"]
     assert body["record_sha256"] == "sha256:" + __import__("hashlib").sha256(seed_bytes()).hexdigest()
+    # A browser gets the same check as a page.
+    page = await served.client.get("/paper/2402.15627/integrity", params={"as_of": SEED_AS_OF},
+                                   headers={"accept": "text/html,application/xhtml+xml"})
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert "Every digest matches" in page.text and seed["context_digest"] in page.text
+    assert page.text.count('class="ok"') == len(seed["inbound"]) + len(seed["outbound"]) + 1
 
 
 async def test_evidence_lists_sources_with_kind_and_time(served):

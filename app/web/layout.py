@@ -5,7 +5,7 @@ from __future__ import annotations
 from html import escape
 
 # Bumped when the markup changes, so page ETags change with it.
-TEMPLATE_VERSION = "1"
+TEMPLATE_VERSION = "2"
 
 
 def time_tag(text: str) -> str:

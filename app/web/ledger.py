@@ -50,6 +50,12 @@ def _notice(notice: dict[str, Any]) -> str:
     return "".join(parts)
 
 
+def _role(role: str, paper: dict[str, Any] | None) -> str:
+    """A paper link on a line of its own; the stylesheet labels it (citing / cited) without adding text."""
+    link = _paper_link(paper)
+    return f'<span class="{role}">{link}</span>' if link else ""
+
+
 def _observation(o: dict[str, Any], direction: str) -> str:
     c = o["citation"]
     if direction == "inbound":
@@ -63,7 +69,7 @@ def _observation(o: dict[str, Any], direction: str) -> str:
         f'<li class="observation{flagged}" id="obs-{o["observation_id"]}">'
         f'<h3>Observation <code>{o["observation_id"]}</code> · {direction}</h3>'
         f"<p>{sentence}</p>"
-        f'<p class="papers">{_paper_link(c["citing_paper"])} {_paper_link(c["cited_paper"])}</p>'
+        f'<p class="papers">{_role("citing", c["citing_paper"])} {_role("cited", c["cited_paper"])}</p>'
         f'<p>Reference {c["reference_index"]}</p>'
         f'<p>Resolution: {_spaces(r["status"])}; {resolver}, observed {time_tag(r["observed_at"])}</p>'
         f'{_notice(o["standing_notice"])}'

@@ -154,7 +154,11 @@ def routes(app: "App") -> list:
             "observations": checks,
             "all_match": context == parsed["context_digest"] and all(c["matches"] for c in checks),
         }
-        return JSONResponse(result, headers={"Cache-Control": CACHE_RECORD})
+        headers = {"Cache-Control": CACHE_RECORD, "Vary": "Accept"}
+        if not wants_html(request):
+            return JSONResponse(result, headers=headers)
+        return HTMLResponse(page(f"Integrity of arXiv:{parsed['paper']['arxiv_id']}", integrity_body(result)),
+                            headers=headers)
 
     async def paper_page(request: Request) -> Response:
         document, pinned = await document_for(request)
@@ -258,8 +262,8 @@ retracted, with the source and time of every fact. Every record is a canonical, 
                        f"<td>{time_tag(s['latest_observed_at'])}</td><td>{s['facts']}</td></tr>" for s in listed)
         body = (f"<h1>Evidence</h1><p>The sources behind the stored facts as of {time_tag(payload['as_of'])}: "
                 "what each is used for, whether it is a live source or a cache, and when it was last observed.</p>"
-                f"<table><thead><tr><th>Role</th><th>Source</th><th>Kind</th><th>Latest observation</th>"
-                f"<th>Facts</th></tr></thead><tbody>{rows}</tbody></table>")
+                f"<div class=\"table-wrap\"><table><thead><tr><th>Role</th><th>Source</th><th>Kind</th><th>Latest observation</th>"
+                f"<th>Facts</th></tr></thead><tbody>{rows}</tbody></table></div>")
         return HTMLResponse(page("Evidence", body))
 
     return [
@@ -271,6 +275,35 @@ retracted, with the source and time of every fact. Every record is a canonical, 
         Route("/paper/{arxiv_id:path}", handled(paper_page)),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
+
+
+def integrity_body(result: dict) -> str:
+    """The integrity check for people: the verdict, the rules, and every digest stated and recomputed."""
+    def verdict(ok: bool) -> str:
+        return '<strong class="ok">matches</strong>' if ok else '<strong class="bad">does not match</strong>'
+
+    context = result["context_digest"]
+    rows = "".join(
+        f"<tr><td>{escape(c['direction'])}</td><td><code>{escape(c['observation_id'])}</code></td>"
+        f"<td><code>{escape(c['stated'])}</code></td><td>{verdict(c['matches'])}</td></tr>"
+        for c in result["observations"])
+    rules = "".join(f"<div><dt>{escape(name.replace('_', ' '))}</dt><dd><code>{escape(rule)}</code></dd></div>"
+                    for name, rule in result["rules"].items())
+    overall = ("Every digest matches the canonical bytes." if result["all_match"]
+               else "At least one digest does not match the canonical bytes.")
+    return f"""
+<p class="kicker">arXiv:{escape(result["arxiv_id"])} · as of {time_tag(result["as_of"])}</p>
+<h1>Integrity check</h1>
+<p>{overall} The record was recomputed from <a href="{escape(result["record"])}">its canonical JSON</a>
+(<code>{escape(result["record_sha256"])}</code>).</p>
+<h2>Context digest</h2>
+<p><code>{escape(context["stated"])}</code> {verdict(context["matches"])}</p>
+<h2>Rules</h2><dl class="rules">{rules}</dl>
+<h2>Observation digests</h2>
+<div class="table-wrap"><table><thead><tr><th>Direction</th><th>Observation</th><th>Stated digest</th><th>Recomputed</th></tr></thead>
+<tbody>{rows}</tbody></table></div>
+<p class="formats">The same check as JSON: request this page with <code>Accept: application/json</code>.</p>
+"""
 
 
 def graphiql_link(arxiv_id: str) -> str:
