@@ -176,13 +176,23 @@ class Schema(strawberry.Schema):
                 log.error("error in %s: %s", error.path, type(original).__name__, exc_info=original)
 
 
+# The limiters' validation rules, built once: Strawberry's limiters make new rule classes each time they
+# are constructed, so a per-request factory would give every request rules of its own and the
+# validation cache (keyed by document and rules) would never hit.
+LIMIT_RULES: tuple = (*QueryDepthLimiter(max_depth=MAX_DEPTH).validation_rules,
+                      *MaxAliasesLimiter(max_alias_count=MAX_ALIASES).validation_rules)
+# Distinct documents kept parsed and validated (LRU, shared by every request of the process).
+DOCUMENT_CACHE_SIZE = 1024
+
+
 def make_schema(*, introspection: bool = True, production: bool = False) -> strawberry.Schema:
-    from strawberry.extensions import DisableIntrospection
+    from strawberry.extensions import AddValidationRules, DisableIntrospection, ParserCache, ValidationCache
 
     extensions: list = [
-        lambda: QueryDepthLimiter(max_depth=MAX_DEPTH),
-        lambda: MaxAliasesLimiter(max_alias_count=MAX_ALIASES),
-        lambda: MaxTokensLimiter(max_token_count=MAX_TOKENS),
+        lambda: MaxTokensLimiter(max_token_count=MAX_TOKENS),  # a parse option: part of the parse cache key
+        lambda: ParserCache(maxsize=DOCUMENT_CACHE_SIZE),
+        lambda: AddValidationRules(list(LIMIT_RULES)),
+        lambda: ValidationCache(maxsize=DOCUMENT_CACHE_SIZE),
         QueryCost,
     ]
     if not introspection:

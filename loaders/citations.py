@@ -1,7 +1,7 @@
 """Citation observations as of an instant: keyset pages in both directions, counts, lookup by id.
 
 An observation is visible at an instant when its reference was parsed by then and its citing paper
-has a snapshot by then. Each statement takes many keys at once (unnest ... WITH ORDINALITY) and
+has a snapshot by then: from `visible_from`, which the database keeps on the row (migration 0004). Each statement takes many keys at once (unnest ... WITH ORDINALITY) and
 walks one index range per key, so a page costs the same at any depth and any fan-out.
 """
 
@@ -25,11 +25,8 @@ _LATEST_STATUS: Final = """coalesce((
         ORDER BY r.observed_at DESC
         LIMIT 1), 'unresolved')"""
 
-_CITING_EXISTS: Final = """EXISTS (
-        SELECT 1
-        FROM paper_snapshots AS cs
-        WHERE cs.arxiv_id = o.citing_arxiv_id
-          AND cs.observed_at <= $AS)"""
+# Visible at the instant: parsed, and the citing paper has a snapshot (kept on the row by the database).
+_VISIBLE: Final = "o.visible_from <= $AS"
 
 # A cited work counts as retracted when its notice is measured and the latest of its retraction,
 # withdrawal and reinstatement events at the instant is a retraction or withdrawal.
@@ -103,8 +100,7 @@ CROSS JOIN LATERAL (
       AND (o.citing_arxiv_id, o.reference_index, o.observation_id)
           > (coalesce(k.after_citing, ''), coalesce(k.after_index, -2147483648),
              coalesce(k.after_id, '00000000-0000-0000-0000-000000000000'::uuid))
-      AND o.source_observed_at <= $AS
-      AND {_CITING_EXISTS}
+      AND {_VISIBLE}
       AND ($7::text[] IS NULL OR {_LATEST_STATUS} = ANY($7::text[]))
     ORDER BY o.citing_arxiv_id, o.reference_index, o.observation_id
     LIMIT $6
@@ -124,8 +120,7 @@ CROSS JOIN LATERAL (
     WHERE o.citing_arxiv_id = k.arxiv_id
       AND (o.reference_index, o.observation_id)
           > (coalesce(k.after_index, -2147483648), coalesce(k.after_id, '00000000-0000-0000-0000-000000000000'::uuid))
-      AND o.source_observed_at <= $AS
-      AND {_CITING_EXISTS}
+      AND {_VISIBLE}
       AND ($6::text[] IS NULL OR {_LATEST_STATUS} = ANY($6::text[]))
       AND ($7::boolean IS NULL OR $7::boolean = {_RETRACTED})
     ORDER BY o.reference_index, o.observation_id
@@ -144,14 +139,13 @@ CROSS JOIN LATERAL (
     FROM (
         SELECT o.observation_id, o.citing_arxiv_id, o.work_id
         FROM citation_observations AS o
-        WHERE k.direction = 'in' AND o.cited_arxiv_id = k.arxiv_id AND o.source_observed_at <= $AS
+        WHERE k.direction = 'in' AND o.cited_arxiv_id = k.arxiv_id AND {_VISIBLE}
         UNION ALL
         SELECT o.observation_id, o.citing_arxiv_id, o.work_id
         FROM citation_observations AS o
-        WHERE k.direction = 'out' AND o.citing_arxiv_id = k.arxiv_id AND o.source_observed_at <= $AS
+        WHERE k.direction = 'out' AND o.citing_arxiv_id = k.arxiv_id AND {_VISIBLE}
     ) AS o
-    WHERE {_CITING_EXISTS}
-      AND ($4::text[] IS NULL OR {_LATEST_STATUS} = ANY($4::text[]))
+    WHERE ($4::text[] IS NULL OR {_LATEST_STATUS} = ANY($4::text[]))
       AND ($5::boolean IS NULL OR $5::boolean = {_RETRACTED})
 ) AS n
 """, 3)
@@ -161,7 +155,7 @@ SELECT k.ord, {_DETAIL_COLUMNS}
 FROM unnest($1::uuid[]) WITH ORDINALITY AS k(observation_id, ord)
 JOIN citation_observations AS o
   ON o.observation_id = k.observation_id
- AND o.source_observed_at <= $AS {_DETAIL_JOINS}
+ AND {_VISIBLE} {_DETAIL_JOINS}
 """, 2)
 
 
