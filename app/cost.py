@@ -116,6 +116,48 @@ class Costing:
         return total
 
 
+# Root fields answered by one batched statement when nothing below them loads anything more.
+ONE_STATEMENT_ROOTS = frozenset({"paper", "papers", "observation"})
+
+
+def one_statement(schema: Any, document: Any, operation_name: str | None) -> bool:
+    """Whether the operation needs exactly one statement: one root lookup, only plain fields below.
+
+    Plain fields (attributes, or resolvers that take nothing but `self`) cannot reach a loader, so
+    this holds by construction; anything else is answered inside one REPEATABLE READ transaction.
+    """
+    from graphql import get_named_type, is_leaf_type
+    from graphql.language import OperationType as AstOperationType
+
+    from app.execution import plain_fields
+
+    fragments = {d.name.value: d for d in document.definitions if isinstance(d, FragmentDefinitionNode)}
+    operations = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)
+                  and (operation_name is None or (d.name is not None and d.name.value == operation_name))]
+    if len(operations) != 1 or operations[0].operation is not AstOperationType.QUERY:
+        return False
+    costing = Costing(fragments, {})
+    roots = [f for f in costing.fields(operations[0].selection_set) if f.name.value != "__typename"]
+    if len(roots) != 1 or roots[0].name.value not in ONE_STATEMENT_ROOTS:
+        return False
+
+    def plain_below(object_type: Any, selection_set: Any) -> bool:
+        plain = plain_fields(object_type)
+        for field in costing.fields(selection_set):
+            name = field.name.value
+            if name == "__typename":
+                continue
+            if name not in plain or field.arguments:
+                return False
+            named = get_named_type(object_type.fields[name].type)
+            if not is_leaf_type(named) and not plain_below(named, field.selection_set):
+                return False
+        return True
+
+    root_type = get_named_type(schema.query_type.fields[roots[0].name.value].type)
+    return plain_below(root_type, roots[0].selection_set)
+
+
 def query_nodes(document: Any, operation_name: str | None, variables: dict[str, Any] | None) -> int:
     fragments = {d.name.value: d for d in document.definitions if isinstance(d, FragmentDefinitionNode)}
     operations = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)]
@@ -149,6 +191,11 @@ class QueryCost(SchemaExtension):
                         cost=self.nodes, limit=MAX_NODES)
         if error is not None:
             ctx.result = ExecutionResult(data=None, errors=[error])
+        elif ctx.graphql_document is not None:
+            session = getattr(ctx.context, "session", None)
+            if session is not None and session.statements == 0:
+                session.single_statement = one_statement(ctx.schema._schema, ctx.graphql_document,
+                                                         ctx.operation_name)
         yield
 
     def get_results(self) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import logging
 import time
@@ -162,6 +163,22 @@ class BodyLimitAndCancelOnDisconnect:
             await handler
 
 
+class GraphQLJSONResponse(JSONResponse):
+    """orjson for GraphQL results (the same compact UTF-8 JSON, several times faster than json.dumps).
+
+    A string orjson refuses (a lone surrogate a client sent in an argument, echoed in a message)
+    falls back to ASCII-escaped JSON, which represents it.
+    """
+
+    def render(self, content: Any) -> bytes:
+        import orjson
+
+        try:
+            return orjson.dumps(content)
+        except TypeError:
+            return json.dumps(content, ensure_ascii=True, separators=(",", ":"), default=str).encode()
+
+
 def error_response(status: int, message: str, **extra: Any) -> JSONResponse:
     headers = {"Retry-After": RETRY_AFTER_SECONDS} if status == 503 else None
     return JSONResponse({"error": {"status": status, "message": message, **extra}}, status_code=status,
@@ -251,7 +268,7 @@ class App:
                 await session.close()
         errors = [self.format_error(e) for e in result.errors or []]
         if any(e.get("extensions", {}).get("code") == "SERVICE_UNAVAILABLE" for e in errors):
-            return JSONResponse({"data": None, "errors": errors}, status_code=503,
+            return GraphQLJSONResponse({"data": None, "errors": errors}, status_code=503,
                                 headers={"Retry-After": RETRY_AFTER_SECONDS})
         payload: dict[str, Any] = {"data": result.data}
         if errors:
@@ -259,7 +276,7 @@ class App:
         if result.extensions:
             payload["extensions"] = result.extensions
         status = 400 if result.data is None and errors else 200
-        return JSONResponse(payload, status_code=status)
+        return GraphQLJSONResponse(payload, status_code=status)
 
     def format_error(self, error: GraphQLError) -> dict[str, Any]:
         original = error.original_error
@@ -331,6 +348,11 @@ def create_app(settings: Settings | None = None, dsn: str | None = None, *,
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         state.pool = await create_pool(settings, dsn, init=pool_init)
         state.replicas = [await create_pool(settings, url, init=pool_init) for url in settings.replica_urls]
+        if settings.gc_freeze:
+            # What start-up built (schema, modules, pools) lives as long as the process: moved out of
+            # the collector's generations, full collections no longer walk it (they were the p99).
+            gc.collect()
+            gc.freeze()
         try:
             yield
         finally:

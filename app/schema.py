@@ -185,7 +185,7 @@ LIMIT_RULES: tuple = (*QueryDepthLimiter(max_depth=MAX_DEPTH).validation_rules,
 DOCUMENT_CACHE_SIZE = 1024
 
 
-def make_schema(*, introspection: bool = True, production: bool = False) -> strawberry.Schema:
+def make_schema(*, introspection: bool = True, production: bool = False, direct: bool = True) -> strawberry.Schema:
     from strawberry.extensions import AddValidationRules, DisableIntrospection, ParserCache, ValidationCache
 
     extensions: list = [
@@ -197,9 +197,12 @@ def make_schema(*, introspection: bool = True, production: bool = False) -> stra
     ]
     if not introspection:
         extensions.append(DisableIntrospection)
+    from app.execution import DirectExecutionContext
+
     return Schema(
         query=Query,
         extensions=extensions,
+        execution_context_class=DirectExecutionContext if direct else None,
         config=StrawberryConfig(disable_field_suggestions=production, scalar_map=SCALARS),
     )
 

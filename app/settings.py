@@ -33,6 +33,7 @@ class Settings:
     log_format: str = "text"
     introspection: bool = True
     production: bool = False
+    gc_freeze: bool = True
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> "Settings":
@@ -52,6 +53,7 @@ class Settings:
             log_format=env.get("PITH_LOG_FORMAT", base.log_format),
             introspection=env.get("PITH_INTROSPECTION", "1") not in ("0", "false", "no"),
             production=env.get("PITH_ENV", "") == "production",
+            gc_freeze=env.get("PITH_GC_FREEZE", "1") not in ("0", "false", "no"),
         )
 
 

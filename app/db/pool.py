@@ -85,6 +85,9 @@ class Session:
         self._closed = False
         self._working: set[asyncio.Task] = set()
         self.statements = 0
+        # Set before execution when the query is known to need one statement: it then runs on its own
+        # (a statement reads one snapshot by itself), saving BEGIN and ROLLBACK round trips.
+        self.single_statement = False
 
     @classmethod
     def from_pool(cls, pool: asyncpg.Pool, timeout: float = 5.0) -> "Session":
@@ -111,14 +114,20 @@ class Session:
                     raise SessionClosed("the request's database session is closed")
                 if self._conn is None:
                     conn = await self._acquire()
-                    try:
-                        tx = conn.transaction(isolation="repeatable_read", readonly=True)
-                        await tx.start()
-                    except BaseException:
-                        if self._release is not None:
-                            await self._release(conn)
-                        raise
-                    self._conn, self._tx = conn, tx
+                    if self.single_statement:
+                        self._conn = conn
+                    else:
+                        try:
+                            tx = conn.transaction(isolation="repeatable_read", readonly=True)
+                            await tx.start()
+                        except BaseException:
+                            if self._release is not None:
+                                await self._release(conn)
+                            raise
+                        self._conn, self._tx = conn, tx
+                elif self._tx is None:
+                    # Planned as one statement, asked for a second: that would read another snapshot.
+                    raise RuntimeError("a query planned as one statement asked for a second one")
                 self.statements += 1
                 return await self._conn.fetch(sql, *args)
         finally:
@@ -148,7 +157,8 @@ class Session:
         try:
             # After a cancelled statement the connection is still cancelling: the pool's release
             # waits for that and rolls back. Otherwise roll back here, as the transaction's owner.
-            if not conn.is_closed() and conn.is_in_transaction() and (not others or self._release is None):
+            if self._tx is not None and not conn.is_closed() and conn.is_in_transaction() \
+                    and (not others or self._release is None):
                 await self._tx.rollback()
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
             if self._release is None:

@@ -12,7 +12,10 @@ from app.timeparse import BadInput, parse_as_of
 
 
 def _serialize(value: datetime) -> str:
-    return value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+    if value.tzinfo is not timezone.utc:  # asyncpg gives UTC already; anything else is converted
+        value = value.astimezone(timezone.utc)
+    text = value.isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 
 def _parse(value: Any) -> datetime:

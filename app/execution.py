@@ -1,0 +1,151 @@
+"""Execution without per-field machinery where a field has nothing to run: the leaf-heavy lists.
+
+graphql-core resolves every field through its resolver: Strawberry's wrappers, a ResolveInfo, a
+Path, an awaitable check. For a page of 100 edges that is hundreds of calls per request that only
+read an attribute. A field qualifies for the direct path when Strawberry gives it no resolver (a
+plain attribute) or a synchronous resolver that takes nothing but `self`, it has no arguments,
+directives or field extensions, and no resolve middleware is installed. Its value is read and
+completed right here: leaves serialized by their type, objects by the same rule recursively.
+Anything else (and any value the direct path cannot complete, such as a null in a non-null field)
+goes the ordinary way, so errors are what graphql-core makes of them.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any, Callable
+
+from graphql import GraphQLObjectType, is_leaf_type, is_non_null_type
+from graphql.pyutils import Path
+from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
+
+_NOT_PLAIN = object()
+_getters: dict[GraphQLObjectType, dict[str, Callable[[Any], Any]]] = {}
+
+
+def _getter(field: Any) -> Callable[[Any], Any] | None:
+    definition = field.extensions.get("strawberry-definition") if field.extensions else None
+    if definition is None or field.args or definition.extensions or getattr(definition, "directives", None):
+        return None
+    if getattr(definition, "permission_classes", None):
+        return None
+    resolver = definition.base_resolver
+    if resolver is None:
+        return operator.attrgetter(definition.python_name)
+    if resolver.is_async or resolver.arguments or resolver.info_parameter is not None \
+            or resolver.root_parameter is not None:
+        return None
+    func = resolver.wrapped_func
+    if not callable(func) or resolver.self_parameter is None:
+        return None
+    return func  # a method: called with the source object as `self`
+
+
+def plain_fields(parent_type: GraphQLObjectType) -> dict[str, Callable[[Any], Any]]:
+    found = _getters.get(parent_type)
+    if found is None:
+        found = {name: g for name, field in parent_type.fields.items() if (g := _getter(field)) is not None}
+        _getters[parent_type] = found
+    return found
+
+
+class DirectExecutionContext(StrawberryGraphQLCoreExecutionContext):
+    def execute_fields(self, parent_type, source_value, path, grouped_field_set, position_context):  # type: ignore[override]
+        plain = plain_fields(parent_type)
+        manager = self.middleware_manager
+        if not plain or (manager is not None and manager._middleware_resolvers is not None):
+            return super().execute_fields(parent_type, source_value, path, grouped_field_set, position_context)
+        results: dict[str, Any] = {}
+        awaitable: list[str] = []
+        try:
+            self._fill(parent_type, source_value, path, grouped_field_set, position_context, plain, results, awaitable)
+        except Exception:
+            if awaitable:
+                self.settle_in_background([results[name] for name in awaitable])
+            raise
+        if not awaitable:
+            return results
+
+        async def gather() -> dict[str, Any]:
+            from graphql.pyutils import gather_with_cancel
+
+            done = await gather_with_cancel(*(results[name] for name in awaitable))
+            results.update(zip(awaitable, done))
+            return results
+
+        return gather()
+
+    def _fill(self, parent_type, source_value, path, grouped_field_set, position_context, plain, results,
+              awaitable) -> None:
+        is_awaitable = self.is_awaitable
+        for response_name, details in grouped_field_set.items():
+            node = details[0].node
+            getter = plain.get(node.name.value)
+            value = _NOT_PLAIN
+            if getter is not None and not node.arguments and not node.directives and len(details) == 1:
+                value = self._direct(parent_type, source_value, path, response_name, details, getter)
+            if value is _NOT_PLAIN:
+                value = self.execute_field(parent_type, source_value, details, Path(path, response_name,
+                                                                                    parent_type.name),
+                                           position_context)
+                if value is not _UNDEFINED and is_awaitable(value):
+                    awaitable.append(response_name)
+                elif value is _UNDEFINED:
+                    continue
+            elif is_awaitable(value):
+                awaitable.append(response_name)
+            results[response_name] = value
+
+    def _direct(self, parent_type, source, path, response_name, details, getter) -> Any:
+        field = parent_type.fields[details[0].node.name.value]
+        try:
+            value = getter(source)
+        except Exception:  # noqa: BLE001 - the ordinary path reports it
+            return _NOT_PLAIN
+        return_type = field.type
+        non_null = is_non_null_type(return_type)
+        if non_null:
+            if value is None:
+                return _NOT_PLAIN
+            return_type = return_type.of_type
+        elif value is None:
+            return None
+        if is_leaf_type(return_type):
+            try:
+                serialized = return_type.serialize(value)
+            except Exception:  # noqa: BLE001
+                return _NOT_PLAIN
+            return _NOT_PLAIN if serialized is None else serialized
+        if isinstance(return_type, GraphQLObjectType) and return_type.is_type_of is None:
+            grouped, deferred, *_ = self.collect_subfields(return_type, details)
+            if deferred:
+                return _NOT_PLAIN
+            child = Path(path, response_name, parent_type.name)
+            if non_null:  # an error below propagates past this field either way
+                return self.execute_fields(return_type, value, child, grouped, None)
+            # An error below a nullable field must null this field, which the ordinary path does: only
+            # plain leaves (no awaiting) are tried here, and on an error the field is done again the
+            # ordinary way (an error already recorded at a path is not recorded twice).
+            if not self._only_plain_leaves(return_type, grouped):
+                return _NOT_PLAIN
+            try:
+                return self.execute_fields(return_type, value, child, grouped, None)
+            except Exception:  # noqa: BLE001
+                return _NOT_PLAIN
+        return _NOT_PLAIN
+
+    @staticmethod
+    def _only_plain_leaves(object_type: GraphQLObjectType, grouped: Any) -> bool:
+        plain = plain_fields(object_type)
+        for details in grouped.values():
+            node = details[0].node
+            name = node.name.value
+            if name not in plain or node.arguments or node.directives or len(details) != 1:
+                return False
+            field_type = object_type.fields[name].type
+            if not is_leaf_type(field_type.of_type if is_non_null_type(field_type) else field_type):
+                return False
+        return True
+
+
+from graphql.pyutils import Undefined as _UNDEFINED  # noqa: E402
