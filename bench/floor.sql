@@ -2,6 +2,8 @@
 -- (latest snapshots at the instant, counts, the first 100 inbound and outbound observations with
 -- their resolutions, works and standing receipts, the measurements). Digests and the exact key
 -- order are left out: this is the cost of fetching and shaping the same data, nothing more.
+-- Visibility is the API's rule: an observation counts from its visible_from (parsed, and its citing
+-- paper has a snapshot), on the same columns and indexes.
 -- :hub and :as_of are substituted by the harness.
 WITH p AS (
     SELECT * FROM paper_snapshots
@@ -10,11 +12,11 @@ WITH p AS (
 ),
 obs AS (
     (SELECT 'in' AS direction, o.* FROM citation_observations o
-     WHERE o.cited_arxiv_id = ':hub' AND o.source_observed_at <= ':as_of'
+     WHERE o.cited_arxiv_id = ':hub' AND o.visible_from <= ':as_of'
      ORDER BY o.citing_arxiv_id, o.reference_index, o.observation_id LIMIT 100)
     UNION ALL
     (SELECT 'out', o.* FROM citation_observations o
-     WHERE o.citing_arxiv_id = ':hub' AND o.source_observed_at <= ':as_of'
+     WHERE o.citing_arxiv_id = ':hub' AND o.visible_from <= ':as_of'
      ORDER BY o.reference_index, o.observation_id LIMIT 100)
 ),
 items AS (
@@ -56,9 +58,9 @@ items AS (
 SELECT json_build_object(
     'paper', (SELECT row_to_json(p) FROM p),
     'total_inbound', (SELECT count(*) FROM citation_observations o
-                      WHERE o.cited_arxiv_id = ':hub' AND o.source_observed_at <= ':as_of'),
+                      WHERE o.cited_arxiv_id = ':hub' AND o.visible_from <= ':as_of'),
     'total_outbound', (SELECT count(*) FROM citation_observations o
-                       WHERE o.citing_arxiv_id = ':hub' AND o.source_observed_at <= ':as_of'),
+                       WHERE o.citing_arxiv_id = ':hub' AND o.visible_from <= ':as_of'),
     'inbound', (SELECT json_agg(item ORDER BY citing_arxiv_id, reference_index, observation_id)
                 FROM items WHERE direction = 'in'),
     'outbound', (SELECT json_agg(item ORDER BY reference_index, observation_id) FROM items WHERE direction = 'out'),

@@ -120,7 +120,8 @@ class Running:
 
 def start_pith(url: str, processes: int, probe_id: str) -> Running:
     port = free_port()
-    env = {**os.environ, "DATABASE_URL": url, "PITH_POOL_MAX": "16", "PITH_POOL_MIN": "4"}
+    # No access log, as PostGraphile runs with --disable-query-log.
+    env = {**os.environ, "DATABASE_URL": url, "PITH_POOL_MAX": "16", "PITH_POOL_MIN": "4", "PITH_ACCESS_LOG": "0"}
     return Running("pith", [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--workers",
                             str(processes)], env, port, payload("pith", "Q2", probe_id))
 

@@ -41,7 +41,8 @@ from app.ingest.synth import arxiv_ids  # noqa: E402
 RESULTS = ROOT / "bench" / "results"
 HUB = "2699.00001"
 AS_OF = "2026-08-01T00:00:00Z"
-TARGETS = {"R1": ("<=", 1.5), "R2": (">=", 0.8), "R3": ("<=", 1.3), "R5": ("<=", 1.25), "R7": (">=", 0.5)}
+TARGETS = {"R1": ("<=", 1.5), "R2": (">=", 0.8), "R3": ("<=", 1.3), "R5": ("<=", 1.25), "R7": (">=", 0.5),
+           "P1": (">=", 1.0), "P-hot": (">=", 0.8), "P99": ("<=", 1.5)}
 
 TRAVERSAL = """query($id: String!, $at: DateTime) { paper(arxivId: $id, asOf: $at) { inbound(first: 100) {
   totalCount edges { cursor node { id digest referenceIndex source sourceObservedAt
@@ -457,12 +458,51 @@ def run_scale(admin: str, scale: int, args: argparse.Namespace) -> dict[str, Any
     log(f"R4 naive sends {result['R4']['statement_ratio']:.0f}x the statements")
     result["R2"] = r2(url, floor_sql, args.seconds, args.workers)
     log(f"R2 {result['R2']['ratio']:.2f}x ({result['R2']['ours_rps']:.0f} rps vs {result['R2']['floor_tps']:.0f} tps)")
+    if not args.no_peer:
+        from bench import peer
+
+        result["peer"] = peer.compare(url, seconds=args.seconds, rounds=1 if args.quick else 3,
+                                      requests=args.requests, seed=args.seed, quick=args.quick)
     result["machine"] = machine(url)
     result["elapsed_s"] = time.monotonic() - started
     return result
 
 
 # --- the report ----------------------------------------------------------------------------------
+
+
+PEER_ROWS = (("Q2_random", "Q2 title, random paper per request", "P1"),
+             ("Q1_random", "Q1 title + 100 inbound edges + total, random paper", "P1"),
+             ("Q1_most_cited", "Q1 for the most-cited paper", "P-hot"))
+
+
+def peer_report(latest: dict[int, dict]) -> list[str]:
+    """pith-graph / PostGraphile, one table per scale that ran the comparison."""
+    lines: list[str] = []
+    for scale, r in sorted(latest.items()):
+        p = r.get("peer")
+        if not p:
+            continue
+        lines += ["", f"## pith-graph / PostGraphile {p['postgraphile']} ({scale:,} papers, {r['date'][:10]})", "",
+                  f"Same database, same as-of rules (`bench/peer.sql`); answers checked alike first "
+                  f"({p['agreement']['checked']} paper/instant pairs). Throughput: `{p['wrk']}`, {p['seconds']} s, "
+                  f"median of {p['rounds']} interleaved rounds; latency: a sequential client. Most-cited paper: "
+                  f"{p['most_cited']}.", "",
+                  "| question | processes | pith rps | PostGraphile rps | throughput pith / peer | target | "
+                  "pith p50 / p99 ms | peer p50 / p99 ms | p99 pith / peer (target <= 1.5x) |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for key, label, target in PEER_ROWS:
+            for n in (1, 2):
+                e = p["runs"].get(f"{key}_{n}p")
+                if e is None:
+                    continue
+                ratio = e["throughput_ratio"]
+                latency = (f"{e['pith']['p50_ms']:.2f} / {e['pith']['p99_ms']:.2f}",
+                           f"{e['postgraphile']['p50_ms']:.2f} / {e['postgraphile']['p99_ms']:.2f}",
+                           f"{e['p99_ratio']:.2f}x {met('P99', e['p99_ratio'])}") if "p99_ratio" in e else ("-", "-", "-")
+                lines.append(f"| {label} | {n} | {e['pith']['rps']:.0f} | {e['postgraphile']['rps']:.0f} | "
+                             f"{ratio:.2f}x | {met(target, ratio)} | {latency[0]} | {latency[1]} | {latency[2]} |")
+    return lines
 
 
 def met(name: str, value: float) -> str:
@@ -518,6 +558,7 @@ def report() -> str:
                              + " |" * (len(scales) - 1))
             except KeyError:
                 pass
+    lines += peer_report(latest)
     lines += ["", "## Absolute figures", ""]
     for s in scales:
         r = latest[s]
@@ -572,6 +613,7 @@ def main() -> int:
     parser.add_argument("--admin-url", default=os.environ.get("PITH_BENCH_ADMIN_URL",
                                                               "postgresql://postgres@127.0.0.1:5432/postgres"))
     parser.add_argument("--no-save", action="store_true", help="do not write results (smoke runs)")
+    parser.add_argument("--no-peer", action="store_true", help="skip the PostGraphile comparison")
     parser.add_argument("--keep", action="store_true",
                         help="keep the benchmark databases for a later --reuse (default: drop them; --reuse keeps)")
     args = parser.parse_args()
