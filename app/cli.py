@@ -94,7 +94,11 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     if not settings.database_url and asyncio.run(_is_empty(dsn)):
         asyncio.run(_load(dsn, sample_files(), quiet=True))
         log.info("loaded the bundled sample records")
-    app = create_app(settings, dsn=dsn)
+    try:
+        app = create_app(settings, dsn=dsn)
+    except ValueError as exc:  # a configuration that cannot work: say why, before serving anything
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     log.info("serving on http://%s:%s/graphql (GraphiQL in a browser)", settings.host, settings.port)
     if args.workers > 1:
         # Each worker process builds its own app (and pool) from the environment.
@@ -293,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     from app.logs import configure_logging
 
     configure_logging(settings.log_format, verbose=getattr(args, "verbose", False))
+    if not settings.access_log:
+        logging.getLogger("pith.access").setLevel(logging.WARNING)
     try:
         return args.func(args, settings)
     except asyncpg.InsufficientPrivilegeError as exc:

@@ -11,6 +11,7 @@ from typing import Any, Iterator
 
 from graphql import (
     FieldNode,
+    Undefined,
     FragmentDefinitionNode,
     FragmentSpreadNode,
     InlineFragmentNode,
@@ -26,7 +27,7 @@ from app.errors import QueryCostError, UserInputError
 
 MAX_NODES = 500_000
 MAX_NEIGHBOURHOOD_PAPERS = 10_000
-LIMITS = {"first": (1, 100), "perPaper": (1, 100), "depth": (1, 3)}
+LIMITS = {"first": (1, 100), "last": (1, 100), "perPaper": (1, 100), "depth": (1, 3)}
 # (field name) -> (argument that sizes it, its default)
 LISTS = {"inbound": ("first", 100), "outbound": ("first", 100), "searchPapers": ("first", 10)}
 
@@ -64,15 +65,18 @@ class Costing:
                 self.check_shape(field.selection_set, depth + 1, seen, inside)
 
     def args(self, field: FieldNode) -> dict[str, Any]:
+        """The field's argument values (variables already coerced; an absent one is absent)."""
         values = {}
         for arg in field.arguments or ():
-            values[arg.name.value] = value_from_ast_untyped(arg.value, self.variables)
+            value = value_from_ast_untyped(arg.value, self.variables)
+            if value is not Undefined:
+                values[arg.name.value] = value
         for name, (low, high) in LIMITS.items():
-            if name in values and values[name] is not None:
+            if values.get(name) is not None:
                 value = values[name]
                 if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
                     raise UserInputError(f"{name}: {value!r} is out of range; allowed {low} to {high}",
-                                         argument=name)
+                                         nodes=[field], argument=name)
         return values
 
     def fields(self, selection_set: SelectionSetNode | None, seen: frozenset[str] = frozenset()) -> Iterator[FieldNode]:
@@ -97,18 +101,20 @@ class Costing:
             size = 1
             if name in LISTS:
                 arg, default = LISTS[name]
-                size = args.get(arg) if args.get(arg) is not None else default
-            elif name == "papers":
-                ids = args.get("arxivIds") or []
+                size = next((args[a] for a in (arg, "last") if args.get(a) is not None), default)
+            elif name in ("papers", "nodes"):
+                argument = "arxivIds" if name == "papers" else "ids"
+                ids = args.get(argument)
                 size = len(ids) if isinstance(ids, list) else 1
-                if size > 100:
-                    raise UserInputError(f"arxivIds: {size} ids given; allowed at most 100", argument="arxivIds")
+                if not 1 <= size <= 100:
+                    raise UserInputError(f"{argument}: {size} ids given; give 1 to 100", nodes=[field],
+                                         argument=argument)
             elif name == "neighbourhood":
                 depth = args.get("depth") or 2
                 per_paper = args.get("perPaper") or 10
                 size = min(MAX_NEIGHBOURHOOD_PAPERS, sum(per_paper ** h for h in range(1, depth + 1)))
             own = multiplier * size
-            if name in LISTS or name in ("papers", "neighbourhood"):
+            if name in LISTS or name in ("papers", "nodes", "neighbourhood"):
                 total += own
             total += self.nodes(field.selection_set, own)
             if total > MAX_NODES * 1000:  # no need to count further
@@ -158,11 +164,35 @@ def one_statement(schema: Any, document: Any, operation_name: str | None) -> boo
     return plain_below(root_type, roots[0].selection_set)
 
 
-def query_nodes(document: Any, operation_name: str | None, variables: dict[str, Any] | None) -> int:
+def coerced_variables(schema: Any, operation: OperationDefinitionNode, variables: dict[str, Any] | None
+                      ) -> dict[str, Any] | None:
+    """The variables as execution will see them; None when they do not coerce (execution says why)."""
+    from graphql.execution.values import get_variable_values
+
+    if not isinstance(variables, (dict, type(None))):
+        return None
+    try:
+        coerced = get_variable_values(schema, operation.variable_definitions or (), variables or {}, max_errors=1)
+    except Exception:  # noqa: BLE001 - anything odd is for execution to report
+        return None
+    if isinstance(coerced, list):
+        return None
+    return dict(coerced.coerced)
+
+
+def query_nodes(document: Any, operation_name: str | None, variables: dict[str, Any] | None,
+                schema: Any = None) -> int:
     fragments = {d.name.value: d for d in document.definitions if isinstance(d, FragmentDefinitionNode)}
     operations = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)]
     if operation_name is not None:
         operations = [op for op in operations if op.name is not None and op.name.value == operation_name]
+    if len(operations) != 1:
+        return 0  # no operation to run: execution reports it as a request error
+    if schema is not None:
+        coerced = coerced_variables(schema, operations[0], variables)
+        if coerced is None:
+            return 0  # variables that do not coerce: execution reports them, with locations
+        variables = coerced
     costing = Costing(fragments, variables or {})
     for op in operations[:1]:
         costing.check_shape(op.selection_set)
@@ -180,7 +210,8 @@ class QueryCost(SchemaExtension):
         error: GraphQLError | None = None
         if ctx.graphql_document is not None:
             try:
-                self.nodes = query_nodes(ctx.graphql_document, ctx.operation_name, ctx.variables)
+                self.nodes = query_nodes(ctx.graphql_document, ctx.operation_name, ctx.variables,
+                                         ctx.schema._schema)
             except GraphQLError as exc:
                 error = exc
             else:

@@ -19,23 +19,67 @@ def encode(direction: str, obs: Observation) -> str:
     return base64.urlsafe_b64encode(json.dumps(key, separators=(",", ":")).encode()).decode().rstrip("=")
 
 
-def decode(direction: str, cursor: str | None) -> tuple | None:
-    """The sort key after which a page starts; a cursor from another connection is refused."""
+MAX_CURSOR_LENGTH = 400
+INT32 = (-(2**31), 2**31 - 1)
+
+
+def _index(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and INT32[0] <= value <= INT32[1]
+
+
+def _arxiv_text(value: object) -> bool:
+    # What a stored arXiv id can be: short, printable, valid UTF-8 (no NUL, no lone surrogate).
+    return (isinstance(value, str) and 0 < len(value) <= 64 and value.isprintable()
+            and not any(0xD800 <= ord(c) <= 0xDFFF for c in value))
+
+
+def decode(direction: str, cursor: str | None, argument: str = "after") -> tuple | None:
+    """The sort key a page starts after (or ends before); a cursor of anything else is refused.
+
+    Anything a client can send is checked before it reaches SQL: its size, its encoding, its
+    structure, the connection it belongs to, and the range of every value in it.
+    """
     if cursor is None:
         return None
     try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        key = json.loads(raw)
-        if direction == "in" and len(key) == 4 and key[0] == "in":
-            citing, index, oid = key[1:]
-            if isinstance(citing, str) and isinstance(index, int):
-                return (citing, index, UUID(oid))
-        if direction == "out" and len(key) == 3 and key[0] == "out":
-            index, oid = key[1:]
-            if isinstance(index, int):
-                return (index, UUID(oid))
-    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError, AttributeError):
+        if len(cursor) <= MAX_CURSOR_LENGTH:
+            raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+            key = json.loads(raw)
+            if isinstance(key, list):
+                if direction == "in" and len(key) == 4 and key[0] == "in":
+                    citing, index, oid = key[1:]
+                    if _arxiv_text(citing) and _index(index) and isinstance(oid, str):
+                        return (citing, index, UUID(oid))
+                if direction == "out" and len(key) == 3 and key[0] == "out":
+                    index, oid = key[1:]
+                    if _index(index) and isinstance(oid, str):
+                        return (index, UUID(oid))
+    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError, AttributeError, RecursionError):
         pass
     kind = "inbound" if direction == "in" else "outbound"
-    raise UserInputError(f"after: {cursor!r} is not a cursor of an {kind} connection; pass an endCursor or "
-                         f"cursor returned by this field")
+    shown = cursor if len(cursor) <= 60 else cursor[:60] + "..."
+    raise UserInputError(f"{argument}: {shown!r} is not a cursor of an {kind} connection; pass a cursor "
+                         f"(startCursor, endCursor or an edge's cursor) returned by this field", argument=argument)
+
+
+def encode_search(rank: float, arxiv_id: str) -> str:
+    return base64.urlsafe_b64encode(json.dumps(["search", rank, arxiv_id]).encode()).decode().rstrip("=")
+
+
+def decode_search(cursor: str | None) -> tuple[float, str] | None:
+    """The (rank, arxiv id) a search page continues after; anything else is refused."""
+    if cursor is None:
+        return None
+    try:
+        if len(cursor) <= MAX_CURSOR_LENGTH:
+            key = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+            if isinstance(key, list) and len(key) == 3 and key[0] == "search":
+                rank, arxiv_id = key[1:]
+                if isinstance(rank, (int, float)) and not isinstance(rank, bool) and 0 <= rank < 1e30 \
+                        and _arxiv_text(arxiv_id):
+                    return float(rank), arxiv_id
+    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError, AttributeError, RecursionError):
+        pass
+    shown = cursor if len(cursor) <= 60 else cursor[:60] + "..."
+    raise UserInputError(f"after: {shown!r} is not a cursor of searchPapers; pass an endCursor it returned",
+                         argument="after")

@@ -8,12 +8,12 @@ from graphql import GraphQLError
 class UserInputError(GraphQLError):
     """A bad argument: reported with extensions.code = BAD_USER_INPUT, never masked."""
 
-    def __init__(self, message: str, **extensions: object) -> None:
-        super().__init__(message, extensions={"code": "BAD_USER_INPUT", **extensions})
+    def __init__(self, message: str, nodes: object = None, **extensions: object) -> None:
+        super().__init__(message, nodes=nodes, extensions={"code": "BAD_USER_INPUT", **extensions})  # type: ignore[arg-type]
 
 
 class QueryCostError(GraphQLError):
     """A query refused before execution because a limit would be exceeded."""
 
-    def __init__(self, message: str, **extensions: object) -> None:
-        super().__init__(message, extensions={"code": "QUERY_TOO_COSTLY", **extensions})
+    def __init__(self, message: str, nodes: object = None, **extensions: object) -> None:
+        super().__init__(message, nodes=nodes, extensions={"code": "QUERY_TOO_COSTLY", **extensions})  # type: ignore[arg-type]

@@ -116,7 +116,8 @@ class DirectExecutionContext(StrawberryGraphQLCoreExecutionContext):
             except Exception:  # noqa: BLE001
                 return _NOT_PLAIN
             return _NOT_PLAIN if serialized is None else serialized
-        if isinstance(return_type, GraphQLObjectType) and return_type.is_type_of is None:
+        if isinstance(return_type, GraphQLObjectType) and (return_type.is_type_of is None
+                                                           or return_type.is_type_of(value, None)):
             grouped, deferred, *_ = self.collect_subfields(return_type, details)
             if deferred:
                 return _NOT_PLAIN

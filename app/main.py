@@ -9,6 +9,7 @@ import json
 import logging
 import time
 import uuid
+from dataclasses import replace
 from typing import Any, AsyncIterator, Awaitable, Callable
 
 import asyncpg
@@ -21,11 +22,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
+from strawberry.exceptions import MissingQueryError
+from strawberry.schema.exceptions import CannotGetOperationTypeError, InvalidOperationTypeError
 from strawberry.types.graphql import OperationType
 
 from app.context import Context
 from app.db.pool import Session, create_pool
 from app.logs import request_id
+from app.persisted import PersistedDocuments, PersistedQueryError, load_manifest, requested_hash
 from app.schema import make_schema
 from app.settings import Settings
 
@@ -81,6 +85,13 @@ class RequestIdMiddleware:
 
         try:
             await self.app(scope, receive, send_logged)
+        except Exception as exc:  # noqa: BLE001 - the one place an unexpected error is logged and answered
+            log.error("unhandled error on %s %s", scope["method"], scope["path"], exc_info=exc)
+            if status == 0:  # nothing sent yet: answer, with the request id, in the shape clients read
+                from app.http import transport_error
+
+                response = transport_error(500, f"internal error (request id {rid})", "INTERNAL_SERVER_ERROR")
+                await response(scope, receive, send_logged)
         finally:
             access.info("%s %s %s %.1fms", scope["method"], scope["path"], status,
                         (time.monotonic() - started) * 1000)
@@ -111,7 +122,7 @@ class BodyLimitAndCancelOnDisconnect:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_body:
-                response = error_response(413, f"request body is larger than {self.max_body} bytes")
+                response = error_response(413, f"request body is larger than {self.max_body} bytes", scope.get("path"))
                 await response(scope, receive, send)
                 return
             chunks.append(chunk)
@@ -179,8 +190,18 @@ class GraphQLJSONResponse(JSONResponse):
             return json.dumps(content, ensure_ascii=True, separators=(",", ":"), default=str).encode()
 
 
-def error_response(status: int, message: str, **extra: Any) -> JSONResponse:
+GRAPHQL_PATH = "/graphql"
+ERROR_CODES = {400: "BAD_REQUEST", 404: "NOT_FOUND", 413: "PAYLOAD_TOO_LARGE", 500: "INTERNAL_SERVER_ERROR",
+               503: "SERVICE_UNAVAILABLE"}
+
+
+def error_response(status: int, message: str, path: str | None = None, **extra: Any) -> Response:
+    """A JSON error; on the GraphQL endpoint in the shape GraphQL clients read."""
     headers = {"Retry-After": RETRY_AFTER_SECONDS} if status == 503 else None
+    if path == GRAPHQL_PATH:
+        from app.http import transport_error
+
+        return transport_error(status, message, ERROR_CODES.get(status, "BAD_REQUEST"), headers=headers)
     return JSONResponse({"error": {"status": status, "message": message, **extra}}, status_code=status,
                         headers=headers)
 
@@ -197,6 +218,8 @@ class App:
         self.replicas: list[asyncpg.Pool] = []
         self._next_replica = 0
         self.schema = make_schema(introspection=settings.introspection, production=settings.production)
+        manifest = load_manifest(settings.persisted_documents) if settings.persisted_documents else None
+        self.persisted = PersistedDocuments(manifest, only=settings.persisted_only)
 
     def session(self) -> Session:
         """A read session: on a replica when there are any (round robin), else on the primary.
@@ -214,69 +237,94 @@ class App:
     # --- GraphQL -----------------------------------------------------------------------------------
 
     async def graphql(self, request: Request) -> Response:
-        if request.method == "GET":
+        """GraphQL over HTTP, as the GraphQL-over-HTTP specification says (see app/http.py)."""
+        from app import http
+
+        media = http.response_media_type(request.headers.get("accept"))
+        if request.method in ("GET", "HEAD"):
             if len(request.url.query) > MAX_QUERY_STRING_BYTES:
-                return error_response(413, f"query string is larger than {MAX_QUERY_STRING_BYTES} bytes; "
-                                           "POST large queries")
-            params = dict(request.query_params)
+                return http.transport_error(413, f"query string is larger than {MAX_QUERY_STRING_BYTES} bytes; "
+                                                 "POST large queries", "PAYLOAD_TOO_LARGE")
             from app.web.routes import wants_html
 
-            if wants_html(request):
+            if request.method == "GET" and wants_html(request):
                 from app.web.pages import graphiql_page
 
-                return graphiql_page(request, params.get("query"))
-            try:
-                variables = json.loads(params["variables"]) if params.get("variables") else None
-            except ValueError:
-                return error_response(400, "variables: not valid JSON; expected a JSON object")
-            body: Any = {"query": params.get("query"), "variables": variables,
-                         "operationName": params.get("operationName")}
+                return graphiql_page(request, request.query_params.get("query"))
+            body: Any = http.body_from_query_string(request.query_params)
         else:
-            content_type = request.headers.get("content-type", "").split(";")[0].strip()
+            content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
             if content_type != "application/json":
-                return error_response(415, "send the GraphQL request as application/json "
-                                           "({\"query\": ..., \"variables\": {...}}) or use GET with ?query=")
+                return http.transport_error(
+                    415, "send the GraphQL request as application/json ({\"query\": ..., \"variables\": {...}}) "
+                         "or use GET with ?query=", "UNSUPPORTED_MEDIA_TYPE", media)
             raw = await request.body()
             if len(raw) > MAX_BODY_BYTES:
-                return error_response(413, f"request body is {len(raw)} bytes; the limit is {MAX_BODY_BYTES}")
+                return http.transport_error(413, f"request body is {len(raw)} bytes; the limit is {MAX_BODY_BYTES}",
+                                            "PAYLOAD_TOO_LARGE", media)
             try:
                 body = json.loads(raw)
-            except ValueError:
-                return error_response(400, "request body is not valid JSON")
-        if isinstance(body, list):
-            return error_response(400, "batched operations are not supported; send one operation per request")
-        if not isinstance(body, dict):
-            return error_response(400, "expected a JSON object with query, variables and operationName")
-        query, variables, operation = body.get("query"), body.get("variables"), body.get("operationName")
-        if not isinstance(query, str) or not query.strip():
-            return error_response(400, "query: a GraphQL query string is required")
-        if variables is not None and not isinstance(variables, dict):
-            return error_response(400, "variables: expected a JSON object")
-        if variables and len(json.dumps(variables)) > MAX_VARIABLES_BYTES:
-            return error_response(413, f"variables are larger than {MAX_VARIABLES_BYTES} bytes")
-        if operation is not None and not isinstance(operation, str):
-            return error_response(400, "operationName: expected a string")
+            except (ValueError, RecursionError):
+                return http.transport_error(400, "request body is not valid JSON", "BAD_REQUEST", media)
+        if media is None:
+            return http.transport_error(406, "this endpoint answers application/graphql-response+json or "
+                                             "application/json; say one of them in Accept", "NOT_ACCEPTABLE")
+        try:
+            params = http.GraphQLParams.of(body, MAX_VARIABLES_BYTES)
+            sha = requested_hash(params.extensions)
+            query = self.persisted.resolve(params.query, sha)
+            if query is None:  # an APQ naming its document by hash alone
+                query = await self.persisted.lookup(self.pool, sha)  # type: ignore[arg-type]
+                if query is None:
+                    raise PersistedQueryError("PersistedQueryNotFound", "PERSISTED_QUERY_NOT_FOUND")
+        except http.BadRequest as exc:
+            return http.transport_error(exc.status, exc.message, exc.code, media)
+        except PersistedQueryError as exc:
+            status = exc.status if exc.status != 200 or media != http.GRAPHQL_RESPONSE else 400
+            return http.graphql_response({"errors": [http.error_entry(exc.message, exc.code)]}, status, media)
+
+        problem = http.operation_problem(query, params.operation_name)
+        if problem is not None:
+            return http.resolution_failure(problem, media)
+        get_like = request.method in ("GET", "HEAD")
+        cache: dict[str, str] | None = None
+        if get_like:
+            # Read before the data: an import committing in between can only make the answer newer
+            # than its validator, never older.
+            version = await self.data_version()
+            etag = http.get_validator(version, params, query, media)
+            cache = http.cache_headers(etag, http.pins_every_instant(query, params.operation_name, params.variables))
+            from app.web.routes import not_modified
+
+            if not_modified(request, etag):
+                return Response(status_code=304, headers=cache)
 
         session = self.session()
         context = Context(session=session)
-        allowed = {OperationType.QUERY}
         try:
-            result = await self.schema.execute(query, variable_values=variables, context_value=context,
-                                               operation_name=operation, allowed_operation_types=allowed)
+            result = await self.schema.execute(query, variable_values=params.variables, context_value=context,
+                                               operation_name=params.operation_name,
+                                               allowed_operation_types={OperationType.QUERY})
+        except (CannotGetOperationTypeError, InvalidOperationTypeError, MissingQueryError) as exc:
+            return http.operation_error(exc, replace(params, query=query), media, get_like)
         finally:
-            with contextlib.suppress(Exception):
-                await session.close()
+            await session.close()
         errors = [self.format_error(e) for e in result.errors or []]
         if any(e.get("extensions", {}).get("code") == "SERVICE_UNAVAILABLE" for e in errors):
-            return GraphQLJSONResponse({"data": None, "errors": errors}, status_code=503,
-                                headers={"Retry-After": RETRY_AFTER_SECONDS})
-        payload: dict[str, Any] = {"data": result.data}
-        if errors:
-            payload["errors"] = errors
-        if result.extensions:
-            payload["extensions"] = result.extensions
-        status = 400 if result.data is None and errors else 200
-        return GraphQLJSONResponse(payload, status_code=status)
+            return http.graphql_response({"data": None, "errors": errors}, 503, media,
+                                         {"Retry-After": RETRY_AFTER_SECONDS})
+        if sha is not None and params.query is not None and not http.is_request_error(result):
+            await self.persisted.register(self.pool, sha, query)  # validated: it ran
+        response = http.result_response(result, errors, media)
+        if cache is not None and not errors:
+            response.headers.update(cache)
+        return response
+
+    async def data_version(self) -> int:
+        if self.pool is None:
+            raise ConnectionError("the database pool is not open")
+        async with self.pool.acquire(timeout=5) as conn:
+            return await conn.fetchval("SELECT version FROM data_version")
 
     def format_error(self, error: GraphQLError) -> dict[str, Any]:
         original = error.original_error
@@ -296,7 +344,16 @@ class App:
                     "extensions": {"code": "INTERNAL_SERVER_ERROR", "requestId": request_id.get()}}
         formatted = error.formatted
         extensions = dict(formatted.get("extensions") or {})
-        extensions.setdefault("code", "GRAPHQL_VALIDATION_FAILED" if error.path is None else "BAD_REQUEST")
+        if error.path is None:
+            from graphql import GraphQLSyntaxError
+
+            default = ("GRAPHQL_PARSE_FAILED" if isinstance(error, GraphQLSyntaxError)
+                       else "BAD_USER_INPUT" if error.message.startswith("Variable '$")
+                       else "GRAPHQL_VALIDATION_FAILED")
+        else:
+            default = "BAD_REQUEST"
+        extensions.setdefault("code", default)
+        extensions["requestId"] = request_id.get()
         formatted["extensions"] = extensions
         return formatted
 
@@ -406,7 +463,7 @@ async def close_pool(pool: asyncpg.Pool) -> None:
 
 async def _unavailable(request: Request, exc: Exception) -> Response:
     log.warning("database unavailable: %s", type(exc).__name__)
-    return error_response(503, "the database is unavailable; retry shortly")
+    return error_response(503, "the database is unavailable; retry shortly", request.url.path)
 
 
 async def _unhandled(request: Request, exc: Exception) -> Response:

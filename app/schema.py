@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from datetime import datetime
 from typing import Annotated, Any
@@ -15,9 +16,11 @@ from strawberry.types import Info
 
 from app.cost import MAX_NEIGHBOURHOOD_PAPERS, QueryCost
 from app.errors import UserInputError
-from app.timeparse import BadInput, parse_arxiv_id
+from app.timeparse import BadInput, parse_arxiv_id, parse_search_words
 from app.types.enums import Direction
-from app.types.observation import CitationObservation
+from app.types.node import Node, parse_global_id
+from app.types.observation import CitationObservation, PageInfo
+from app.types.work import Work
 from app.types.paper import Paper, check_first
 from app.types.record import CitationRecord
 from app.types.scalars import SCALARS
@@ -41,6 +44,48 @@ def _arxiv_id(value: str, argument: str = "arxivId") -> str:
         return parse_arxiv_id(value)
     except BadInput as exc:
         raise UserInputError(f"{argument}: {exc}", argument=argument) from None
+
+
+def _observation_key(value: object) -> UUID:
+    try:
+        return UUID(str(value))
+    except ValueError:
+        pass
+    try:
+        kind, key = parse_global_id(value)
+    except BadInput:
+        kind, key = "", None
+    if kind != "CitationObservation" or not isinstance(key, UUID):
+        raise UserInputError(f"id: {value!r} is not an observation id; expected a CitationObservation's global id "
+                             "or its observationId (a UUID)", argument="id")
+    return key
+
+
+async def _nodes(info: Info, ids: list, as_of: object, argument: str) -> list[Node | None]:
+    """Objects by global id: one batched statement per kind, all dispatched together."""
+    at = info.context.instant(as_of)
+    parsed = []
+    for i, value in enumerate(ids):
+        try:
+            parsed.append(parse_global_id(value))
+        except BadInput as exc:
+            where = argument if argument == "id" else f"{argument}[{i}]"
+            raise UserInputError(f"{where}: {exc}", argument=argument) from None
+    loaders = info.context.loaders(at)
+
+    async def one(kind: str, key: object) -> Node | None:
+        if kind == "Paper":
+            paper = await loaders.paper.load(key)
+            return Paper.of(paper, at) if paper is not None else None
+        if kind == "Work":
+            work = await loaders.work.load(key)
+            return Work.of_snapshot(work) if work is not None else None
+        obs = await loaders.observation.load(key)
+        if obs is None:
+            return None
+        return CitationObservation.of(obs, at) if kind == "CitationObservation" else Work.of(obs)
+
+    return list(await asyncio.gather(*(one(kind, key) for kind, key in parsed)))
 
 
 @strawberry.type(description=(
@@ -91,6 +136,20 @@ async def _walk(info: Info, root: str, direction: Direction, depth: int, per_pap
     )
 
 
+@strawberry.type(description="A title-search match.")
+class SearchEdge:
+    cursor: str = strawberry.field(description="Opaque cursor of this match; pass it as `after` to continue after it.")
+    node: Paper = strawberry.field(description="The paper, as of the instant.")
+    score: float = strawberry.field(description="Full-text rank of the title against the words (higher is better).")
+
+
+@strawberry.type(description="A page of title-search matches, best first.")
+class SearchConnection:
+    edges: list[SearchEdge] = strawberry.field(description="The matches of this page, best first.")
+    nodes: list[Paper] = strawberry.field(description="The papers of this page (a shortcut for edges { node }).")
+    page_info: PageInfo = strawberry.field(description="Whether more matches follow, and where this page ends.")
+
+
 @strawberry.type(description="Ask who cites a paper, what it cites, how each reference resolved, and its standing.")
 class Query:
     @strawberry.field(description="One paper as of an instant; null when it has no snapshot by then.")
@@ -105,23 +164,36 @@ class Query:
         arxiv_ids: Annotated[list[str], strawberry.argument(description="1 to 100 arXiv ids.")],
         as_of: AsOfArg = None,
     ) -> list[Paper | None]:
-        if len(arxiv_ids) > MAX_IDS:
-            raise UserInputError(f"arxivIds: {len(arxiv_ids)} ids given; allowed at most {MAX_IDS}", argument="arxivIds")
+        if not 1 <= len(arxiv_ids) <= MAX_IDS:
+            raise UserInputError(f"arxivIds: {len(arxiv_ids)} ids given; give 1 to {MAX_IDS}", argument="arxivIds")
         at = info.context.instant(as_of)
         ids = [_arxiv_id(a, "arxivIds") for a in arxiv_ids]
         found = await info.context.loaders(at).paper.load_many(ids)
         return [Paper.of(p, at) if p is not None else None for p in found]
 
     @strawberry.field(description="One citation observation by id; null when not visible at the instant.")
-    async def observation(self, info: Info, id: Annotated[strawberry.ID, strawberry.argument(description="Observation UUID.")],
+    async def observation(self, info: Info, id: Annotated[strawberry.ID, strawberry.argument(
+                              description="The observation's global id, or its UUID (observationId).")],
                           as_of: AsOfArg = None) -> CitationObservation | None:
-        try:
-            key = UUID(str(id))
-        except ValueError:
-            raise UserInputError(f"id: {id!r} is not an observation id; expected a UUID", argument="id") from None
+        key = _observation_key(id)
         at = info.context.instant(as_of)
         found = await info.context.loaders(at).observation.load(key)
         return CitationObservation.of(found, at) if found is not None else None
+
+    @strawberry.field(description=(
+        "Any object with a global id (Paper, CitationObservation, Work) as of the instant; null when unknown then."))
+    async def node(self, info: Info, id: Annotated[strawberry.ID, strawberry.argument(description="A global id.")],
+                   as_of: AsOfArg = None) -> Node | None:
+        (found,) = await _nodes(info, [id], as_of, "id")
+        return found
+
+    @strawberry.field(description="Up to 100 objects by global id, in request order; null where unknown.")
+    async def nodes(self, info: Info,
+                    ids: Annotated[list[strawberry.ID], strawberry.argument(description="1 to 100 global ids.")],
+                    as_of: AsOfArg = None) -> list[Node | None]:
+        if not 1 <= len(ids) <= MAX_IDS:
+            raise UserInputError(f"ids: {len(ids)} ids given; give 1 to {MAX_IDS}", argument="ids")
+        return await _nodes(info, ids, as_of, "ids")
 
     @strawberry.field(description="The canonical v1 record of a paper; null when it has no snapshot by asOf.")
     async def citation_record(self, info: Info, arxiv_id: ArxivIdArg, as_of: AsOfArg = None) -> CitationRecord | None:
@@ -146,24 +218,34 @@ class Query:
         at = info.context.instant(as_of)
         return await _walk(info, _arxiv_id(arxiv_id), direction, depth, per_paper, at)
 
-    @strawberry.field(description="Full-text search over titles as of the instant, best match first.")
+    @strawberry.field(description="Full-text search over titles as of the instant, best match first, page by page.")
     async def search_papers(
         self, info: Info,
         query: Annotated[str, strawberry.argument(description="Words; quotes and - work as in web search.")],
         first: Annotated[int, strawberry.argument(description="How many, 1 to 100.")] = 10,
+        after: Annotated[str | None, strawberry.argument(description="endCursor of the previous page.")] = None,
         as_of: AsOfArg = None,
-    ) -> list[Paper]:
-        from loaders.papers import search_papers
+    ) -> SearchConnection:
+        from app import cursors
+        from loaders.papers import search_page
 
         check_first(first)
-        if not query.strip() or len(query) > 500:
-            raise UserInputError("query: give 1 to 500 characters of search words", argument="query")
+        try:
+            query = parse_search_words(query)
+        except BadInput as exc:
+            raise UserInputError(f"query: {exc}", argument="query") from None
+        key = cursors.decode_search(after)
         at = info.context.instant(as_of)
-        found = await search_papers(info.context.session, query, at, first)
+        found = await search_page(info.context.session, query, at, first + 1, key)
         loaders = info.context.loaders(at)
-        for p in found:
+        shown = found[:first]
+        for p, _ in shown:
             loaders.paper.prime(p.arxiv_id, p)
-        return [Paper.of(p, at) for p in found]
+        edges = [SearchEdge(cursor=cursors.encode_search(rank, p.arxiv_id), node=Paper.of(p, at), score=rank)
+                 for p, rank in shown]
+        return SearchConnection(edges=edges, nodes=[e.node for e in edges], page_info=PageInfo(
+            has_next_page=len(found) > first, has_previous_page=key is not None,
+            start_cursor=edges[0].cursor if edges else None, end_cursor=edges[-1].cursor if edges else None))
 
 
 class Schema(strawberry.Schema):

@@ -34,6 +34,9 @@ class Settings:
     introspection: bool = True
     production: bool = False
     gc_freeze: bool = True
+    persisted_documents: str | None = None
+    persisted_only: bool = False
+    access_log: bool = True
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> "Settings":
@@ -54,6 +57,9 @@ class Settings:
             introspection=env.get("PITH_INTROSPECTION", "1") not in ("0", "false", "no"),
             production=env.get("PITH_ENV", "") == "production",
             gc_freeze=env.get("PITH_GC_FREEZE", "1") not in ("0", "false", "no"),
+            persisted_documents=env.get("PITH_PERSISTED_DOCUMENTS") or None,
+            persisted_only=env.get("PITH_PERSISTED_ONLY", "") in ("1", "true", "yes"),
+            access_log=env.get("PITH_ACCESS_LOG", "1") not in ("0", "false", "no"),
         )
 
 

@@ -1,4 +1,4 @@
-"""Validation of what clients send: arXiv identifiers and instants."""
+"""Validation of what clients send: arXiv identifiers, instants and search words."""
 
 from __future__ import annotations
 
@@ -44,3 +44,17 @@ def parse_as_of(value: str | datetime) -> datetime:
 
 def now_as_of() -> datetime:
     return datetime.now(timezone.utc).replace(microsecond=0)
+
+
+SEARCH_RULE = "1 to 500 characters of search words (quotes and - work as in web search)"
+
+
+def parse_search_words(value: str) -> str:
+    """Words for title search: no NUL and no lone surrogate (neither can be stored or searched)."""
+    if not isinstance(value, str) or not value.strip() or len(value) > 500:
+        raise BadInput(f"give {SEARCH_RULE}")
+    if "\x00" in value:
+        raise BadInput(f"the text contains a NUL character; give {SEARCH_RULE}")
+    if any(0xD800 <= ord(c) <= 0xDFFF for c in value):
+        raise BadInput(f"the text contains a lone UTF-16 surrogate (not a character); give {SEARCH_RULE}")
+    return value

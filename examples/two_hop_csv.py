@@ -20,7 +20,7 @@ query TwoHop($id: String!, $perPaper: Int!, $asOf: DateTime) {
   neighbourhood(arxivId: $id, direction: INBOUND, depth: 2, perPaper: $perPaper, asOf: $asOf) {
     truncated
     edges {
-      id
+      observationId
       referenceIndex
       sourceObservedAt
       citingPaper { arxivId }
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     writer = csv.writer(sys.stdout, lineterminator="\n")
     writer.writerow(COLUMNS)
     for e in hood["edges"]:
-        writer.writerow([e["citingPaper"]["arxivId"], e["citedPaper"]["arxivId"], e["referenceIndex"], e["id"],
+        writer.writerow([e["citingPaper"]["arxivId"], e["citedPaper"]["arxivId"], e["referenceIndex"], e["observationId"],
                          e["resolution"]["status"].lower(), e["standingNotice"]["state"].lower(),
                          e["sourceObservedAt"]])
     if hood["truncated"]:

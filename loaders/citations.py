@@ -86,49 +86,65 @@ def _at(sql: str, param: int) -> str:
     return sql.replace("$AS", f"${param}")
 
 
-# $1 cited ids, $2..$4 the cursor per key (NULL for the first page), $5 instant, $6 page size,
-# $7 statuses (NULL: all).
-INBOUND_PAGES: Final = _at(f"""
+# Keyset bounds: forward pages start after a key (the lowest values when there is none), backward
+# pages end before one (values above any real key when there is none: U+10FFFF sorts after every id in
+# byte order). Either way the bound is an index condition, so any page costs what the first does.
+_LOW = ("''", "-2147483648", "'00000000-0000-0000-0000-000000000000'::uuid")
+_HIGH = ("chr(1114111)", "2147483647", "'ffffffff-ffff-ffff-ffff-ffffffffffff'::uuid")
+
+
+def _inbound_pages(backward: bool) -> str:
+    """$1 cited ids, $2..$4 the cursor per key (NULL: from the start, or from the end), $5 instant,
+    $6 page size, $7 statuses (NULL: all). Rows come in page order (backward pages reversed by the caller)."""
+    bound, op, order = (_HIGH, "<", "DESC") if backward else (_LOW, ">", "ASC")
+    return _at(f"""
 SELECT k.ord, {_DETAIL_COLUMNS}
 FROM unnest($1::text[], $2::text[], $3::int[], $4::uuid[])
-     WITH ORDINALITY AS k(arxiv_id, after_citing, after_index, after_id, ord)
+     WITH ORDINALITY AS k(arxiv_id, key_citing, key_index, key_id, ord)
 CROSS JOIN LATERAL (
     -- Only columns of the inbound index: an index-only scan in page order that stops at the limit.
     SELECT o.observation_id, o.citing_arxiv_id, o.reference_index
     FROM citation_observations AS o
     WHERE o.cited_arxiv_id = k.arxiv_id
       AND (o.citing_arxiv_id, o.reference_index, o.observation_id)
-          > (coalesce(k.after_citing, ''), coalesce(k.after_index, -2147483648),
-             coalesce(k.after_id, '00000000-0000-0000-0000-000000000000'::uuid))
+          {op} (coalesce(k.key_citing, {bound[0]}), coalesce(k.key_index, {bound[1]}), coalesce(k.key_id, {bound[2]}))
       AND {_VISIBLE}
       AND ($7::text[] IS NULL OR {_LATEST_STATUS} = ANY($7::text[]))
-    ORDER BY o.citing_arxiv_id, o.reference_index, o.observation_id
+    ORDER BY o.citing_arxiv_id {order}, o.reference_index {order}, o.observation_id {order}
     LIMIT $6
 ) AS page
 JOIN citation_observations AS o ON o.observation_id = page.observation_id {_DETAIL_JOINS}
-ORDER BY k.ord, page.citing_arxiv_id, page.reference_index, page.observation_id
+ORDER BY k.ord, page.citing_arxiv_id {order}, page.reference_index {order}, page.observation_id {order}
 """, 5)
 
-# $1 citing ids, $2..$3 the cursor per key, $4 instant, $5 page size, $6 statuses, $7 cites-retracted.
-OUTBOUND_PAGES: Final = _at(f"""
+
+def _outbound_pages(backward: bool) -> str:
+    """$1 citing ids, $2..$3 the cursor per key, $4 instant, $5 page size, $6 statuses, $7 cites-retracted."""
+    bound, op, order = (_HIGH, "<", "DESC") if backward else (_LOW, ">", "ASC")
+    return _at(f"""
 SELECT k.ord, {_DETAIL_COLUMNS}
-FROM unnest($1::text[], $2::int[], $3::uuid[]) WITH ORDINALITY AS k(arxiv_id, after_index, after_id, ord)
+FROM unnest($1::text[], $2::int[], $3::uuid[]) WITH ORDINALITY AS k(arxiv_id, key_index, key_id, ord)
 CROSS JOIN LATERAL (
     -- Only columns of the outbound index, as for inbound pages.
     SELECT o.observation_id, o.reference_index
     FROM citation_observations AS o
     WHERE o.citing_arxiv_id = k.arxiv_id
-      AND (o.reference_index, o.observation_id)
-          > (coalesce(k.after_index, -2147483648), coalesce(k.after_id, '00000000-0000-0000-0000-000000000000'::uuid))
+      AND (o.reference_index, o.observation_id) {op} (coalesce(k.key_index, {bound[1]}), coalesce(k.key_id, {bound[2]}))
       AND {_VISIBLE}
       AND ($6::text[] IS NULL OR {_LATEST_STATUS} = ANY($6::text[]))
       AND ($7::boolean IS NULL OR $7::boolean = {_RETRACTED})
-    ORDER BY o.reference_index, o.observation_id
+    ORDER BY o.reference_index {order}, o.observation_id {order}
     LIMIT $5
 ) AS page
 JOIN citation_observations AS o ON o.observation_id = page.observation_id {_DETAIL_JOINS}
-ORDER BY k.ord, page.reference_index, page.observation_id
+ORDER BY k.ord, page.reference_index {order}, page.observation_id {order}
 """, 4)
+
+
+INBOUND_PAGES: Final = _inbound_pages(backward=False)
+INBOUND_PAGES_BACKWARD: Final = _inbound_pages(backward=True)
+OUTBOUND_PAGES: Final = _outbound_pages(backward=False)
+OUTBOUND_PAGES_BACKWARD: Final = _outbound_pages(backward=True)
 
 # $1 paper ids, $2 'in' or 'out' per key, $3 instant, $4 statuses, $5 cites-retracted (outbound only).
 CITATION_COUNTS: Final = _at(f"""
@@ -211,11 +227,15 @@ def _group(rows: Sequence[Any], n: int) -> list[list[Observation]]:
 
 
 async def inbound_pages(db: Db, keys: Sequence[PageKey], as_of: datetime, limit: int,
-                        statuses: Sequence[str] | None = None) -> list[list[Observation]]:
-    """Inbound observations of each paper in record order (citing id, reference index, id)."""
+                        statuses: Sequence[str] | None = None, backward: bool = False) -> list[list[Observation]]:
+    """Inbound observations of each paper in record order (citing id, reference index, id).
+
+    Forward: the first `limit` after each key's cursor. Backward: the last `limit` before it, nearest
+    first (the caller reverses them into record order).
+    """
     after = [k.after or (None, None, None) for k in keys]
     rows = await db.fetch(
-        INBOUND_PAGES,
+        INBOUND_PAGES_BACKWARD if backward else INBOUND_PAGES,
         [k.arxiv_id for k in keys],
         [a[0] for a in after],
         [a[1] for a in after],
@@ -229,11 +249,11 @@ async def inbound_pages(db: Db, keys: Sequence[PageKey], as_of: datetime, limit:
 
 async def outbound_pages(db: Db, keys: Sequence[PageKey], as_of: datetime, limit: int,
                          statuses: Sequence[str] | None = None,
-                         cites_retracted: bool | None = None) -> list[list[Observation]]:
-    """Outbound observations of each paper by reference index, then id."""
+                         cites_retracted: bool | None = None, backward: bool = False) -> list[list[Observation]]:
+    """Outbound observations of each paper by reference index, then id (backward as for inbound)."""
     after = [k.after or (None, None) for k in keys]
     rows = await db.fetch(
-        OUTBOUND_PAGES,
+        OUTBOUND_PAGES_BACKWARD if backward else OUTBOUND_PAGES,
         [k.arxiv_id for k in keys],
         [a[0] for a in after],
         [a[1] for a in after],

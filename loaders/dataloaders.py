@@ -15,8 +15,9 @@ from loaders.citations import PageKey, citation_counts, inbound_pages, observati
 from loaders.measurements import measurements_by_paper
 from loaders.papers import paper_snapshots
 from loaders.record import record_rows
-from loaders.rows import Measurement, Observation, PaperSnapshot, RecordRows, Standing
+from loaders.rows import Measurement, Observation, PaperSnapshot, RecordRows, Standing, WorkSnapshot
 from loaders.standing import standing_by_work
+from loaders.works import work_snapshots
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,10 +25,11 @@ class PageRequest:
     """A page of one paper's edges; pages that share everything but the paper and cursor batch together."""
 
     arxiv_id: str
-    after: tuple | None
+    after: tuple | None  # the cursor's key: the page starts after it (forward) or ends before it (backward)
     limit: int
     statuses: tuple[str, ...] | None = None
     cites_retracted: bool | None = None
+    backward: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +59,7 @@ def _grouped(fetch: Callable[[Any, list[Any]], Awaitable[list[Any]]]):
 
 def group_of(key: Any) -> tuple:
     if isinstance(key, PageRequest):
-        return (key.limit, key.statuses, key.cites_retracted)
+        return (key.limit, key.statuses, key.cites_retracted, key.backward)
     return (key.direction, key.statuses, key.cites_retracted)
 
 
@@ -75,20 +77,22 @@ class Loaders:
         self.measurements = DataLoader(self._measurements)
         self.observation = DataLoader(self._observations)
         self.record = DataLoader(self._records)
+        self.work = DataLoader(self._works)
 
     async def _papers(self, keys: Sequence[str]) -> list[PaperSnapshot | None]:
         return await paper_snapshots(self.db, keys, self.as_of)
 
     async def _inbound(self, group: tuple, keys: list[PageRequest]) -> list[list[Observation]]:
-        limit, statuses, _ = group
-        pages = await inbound_pages(self.db, [PageKey(k.arxiv_id, k.after) for k in keys], self.as_of, limit, statuses)
+        limit, statuses, _, backward = group
+        pages = await inbound_pages(self.db, [PageKey(k.arxiv_id, k.after) for k in keys], self.as_of, limit, statuses,
+                                    backward)
         self._prime(pages)
         return pages
 
     async def _outbound(self, group: tuple, keys: list[PageRequest]) -> list[list[Observation]]:
-        limit, statuses, cites_retracted = group
+        limit, statuses, cites_retracted, backward = group
         pages = await outbound_pages(self.db, [PageKey(k.arxiv_id, k.after) for k in keys], self.as_of, limit,
-                                     statuses, cites_retracted)
+                                     statuses, cites_retracted, backward)
         self._prime(pages)
         return pages
 
@@ -113,6 +117,9 @@ class Loaders:
 
     async def _observations(self, keys: Sequence[UUID]) -> list[Observation | None]:
         return await observations_by_id(self.db, keys, self.as_of)
+
+    async def _works(self, keys: Sequence[UUID]) -> list[WorkSnapshot | None]:
+        return await work_snapshots(self.db, keys, self.as_of)
 
     async def _records(self, keys: Sequence[str]) -> list[RecordRows | None]:
         return await record_rows(self.db, keys, self.as_of)

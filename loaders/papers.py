@@ -42,6 +42,28 @@ ORDER BY rank DESC, s.arxiv_id
 LIMIT $3
 """
 
+# The same, as keyset pages: after the (rank, arxiv id) of the previous page's last row.
+SEARCH_PAPERS_PAGE: Final = f"""
+SELECT * FROM (
+    SELECT s.{PAPER_COLUMNS.replace(', ', ', s.')},
+           ts_rank(to_tsvector('english', s.title), q.query) AS rank
+    FROM websearch_to_tsquery('english', $1) AS q(query)
+    JOIN paper_snapshots AS s
+      ON to_tsvector('english', s.title) @@ q.query
+    WHERE s.observed_at <= $2
+      AND NOT EXISTS (
+          SELECT 1
+          FROM paper_snapshots AS newer
+          WHERE newer.arxiv_id = s.arxiv_id
+            AND newer.observed_at > s.observed_at
+            AND newer.observed_at <= $2
+      )
+) AS found
+WHERE $4::real IS NULL OR found.rank < $4::real OR (found.rank = $4::real AND found.arxiv_id > $5::text)
+ORDER BY found.rank DESC, found.arxiv_id
+LIMIT $3
+"""
+
 
 def paper_from(row: Any, prefix: str = "") -> PaperSnapshot | None:
     if row[prefix + "observed_at"] is None:
@@ -67,3 +89,11 @@ async def paper_snapshots(db: Db, arxiv_ids: Sequence[str], as_of: datetime) -> 
 async def search_papers(db: Db, query: str, as_of: datetime, limit: int) -> list[PaperSnapshot]:
     rows = await db.fetch(SEARCH_PAPERS, query, as_of, limit)
     return [p for p in (paper_from(r) for r in rows) if p is not None]
+
+
+async def search_page(db: Db, query: str, as_of: datetime, limit: int,
+                      after: tuple[float, str] | None) -> list[tuple[PaperSnapshot, float]]:
+    """One page of ranked matches (best first), after the (rank, arxiv id) of the previous page's last."""
+    rank, arxiv_id = after if after is not None else (None, None)
+    rows = await db.fetch(SEARCH_PAPERS_PAGE, query, as_of, limit, rank, arxiv_id)
+    return [(p, r["rank"]) for r in rows if (p := paper_from(r)) is not None]

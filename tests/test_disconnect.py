@@ -44,7 +44,7 @@ GRAPHQL_MANY = ('{ paper(arxivId: "%s") { title inbound(first: 20) { totalCount 
                 'resolution { status } standingNotice { state events { eventType } } } } } '
                 'outbound(first: 20) { totalCount edges { node { citedWork { title } } } } } }' % PAPER)
 GRAPHQL_WALK = '{ neighbourhood(arxivId: "%s", direction: BOTH, depth: 2, perPaper: 10) { papers { title } } }' % PAPER
-GRAPHQL_SEARCH = '{ searchPapers(query: "training scaling", first: 10) { title inbound(first: 3) { totalCount } } }'
+GRAPHQL_SEARCH = '{ searchPapers(query: "training scaling", first: 10) { nodes { title inbound(first: 3) { totalCount } } } }'
 
 
 def post(query: str) -> bytes:

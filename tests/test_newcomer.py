@@ -102,9 +102,9 @@ def test_sigterm_during_start_up_stops_serve_as_pid_1():
     process = subprocess.Popen(["unshare", "--fork", "--pid", "--mount-proc", sys.executable, "-m", "app.cli",
                                 "serve", "--data-dir", str(data / "pg"), "--port", str(free_port())],
                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+    inner = None
     try:
         deadline = time.monotonic() + 30
-        inner = None
         while time.monotonic() < deadline and not (data / "pg").exists():  # start-up has begun
             time.sleep(0.02)
         children = psutil.Process(process.pid).children()
@@ -114,6 +114,9 @@ def test_sigterm_during_start_up_stops_serve_as_pid_1():
         process.wait(15)
         elapsed = time.monotonic() - started
     finally:
+        # Killing unshare leaves the namespace's PID 1 running: end that one first.
+        if inner is not None and inner.is_running():
+            inner.kill()
         if process.poll() is None:
             process.kill()
             process.wait(10)

@@ -113,7 +113,7 @@ async def test_load_mixed_requests_without_errors_and_flat_memory(database_url):
         ("GET", "/paper/2402.15627/citation-record?as_of=2026-08-09T12:00:00Z", None),
         ("POST", "/graphql", {"query": '{ paper(arxivId: "2402.15627") { inbound(first: 20) { totalCount edges { node {'
                                        ' citingPaper { title } resolution { status } standingNotice { state } } } } } }'}),
-        ("POST", "/graphql", {"query": '{ searchPapers(query: "scaling training", first: 5) { arxivId } }'}),
+        ("POST", "/graphql", {"query": '{ searchPapers(query: "scaling training", first: 5) { nodes { arxivId } } }'}),
         ("POST", "/graphql", {"query": '{ neighbourhood(arxivId: "2402.15627", depth: 2, perPaper: 5) { truncated } }'}),
     ]
     latencies: list[float] = []
@@ -252,8 +252,8 @@ async def test_server_runs_as_a_read_only_role(admin_url, database_url):
             response = await s.client.get("/paper/2402.15627/citation-record.json?as_of=2026-08-05T04:52:00Z")
             assert response.status_code == 200
             assert (await s.client.get("/readyz")).status_code == 200
-            body = await s.graphql('{ searchPapers(query: "megascale") { arxivId } }')
-            assert body["data"]["searchPapers"]
+            body = await s.graphql('{ searchPapers(query: "megascale") { nodes { arxivId } } }')
+            assert body["data"]["searchPapers"]["nodes"]
         denied = cli("load", str(AUG9), url=reader_url)
         _, err = denied.communicate(timeout=120)
         assert denied.returncode == 1 and b"owner role" in err, err
@@ -274,7 +274,7 @@ async def test_injection_strings_through_every_argument(served, payload):
         ("query($v: String!) { paper(arxivId: $v) { title } }", {"v": payload}),
         ("query($v: [String!]!) { papers(arxivIds: $v) { title } }", {"v": [payload]}),
         ("query($v: String!) { citationRecord(arxivId: $v) { thesis } }", {"v": payload}),
-        ("query($v: String!) { searchPapers(query: $v) { arxivId } }", {"v": payload}),
+        ("query($v: String!) { searchPapers(query: $v) { nodes { arxivId } } }", {"v": payload}),
         ("query($v: ID!) { observation(id: $v) { id } }", {"v": payload}),
         ("query($v: DateTime) { paper(arxivId: \"2402.15627\", asOf: $v) { title } }", {"v": payload}),
         ("query($v: String) { paper(arxivId: \"2402.15627\") { inbound(after: $v) { totalCount } } }", {"v": payload}),

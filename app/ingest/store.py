@@ -166,6 +166,10 @@ class Loader:
                 conflict = await self.conn.fetchrow(_conflict_sql(t, other))
                 if conflict is not None:
                     raise ImportRejected(self.file, _describe_conflict(t, conflict))
+        if added:
+            # Validators of cached GraphQL answers change with the data (taken last: the row is locked
+            # only until this transaction commits).
+            await self.conn.execute("UPDATE data_version SET version = version + 1")
         return added
 
 

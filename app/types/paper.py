@@ -12,6 +12,7 @@ from app import cursors
 from app.errors import UserInputError
 from app.types.enums import ResolutionStatus
 from app.types.measurement import ExternalCitationMeasurement
+from app.types.node import Node, global_id
 from loaders.dataloaders import PageRequest
 from loaders.rows import PaperSnapshot
 
@@ -22,14 +23,35 @@ if TYPE_CHECKING:
 MAX_FIRST = 100
 
 
-def check_first(first: int) -> int:
+def check_first(first: int, argument: str = "first") -> int:
     if not 1 <= first <= MAX_FIRST:
-        raise UserInputError(f"first: {first} is out of range; allowed 1 to {MAX_FIRST}", argument="first")
+        raise UserInputError(f"{argument}: {first} is out of range; allowed 1 to {MAX_FIRST}", argument=argument)
     return first
 
 
-FirstArg = Annotated[int, strawberry.argument(description="Page size, 1 to 100.")]
-AfterArg = Annotated[str | None, strawberry.argument(description="endCursor of the previous page.")]
+FirstArg = Annotated[int | None, strawberry.argument(
+    description="Page forward: this many edges, 1 to 100 (100 when neither first nor last is given).")]
+AfterArg = Annotated[str | None, strawberry.argument(description="Page forward from this cursor (an endCursor).")]
+LastArg = Annotated[int | None, strawberry.argument(description="Page backward: the last this many edges, 1 to 100.")]
+BeforeArg = Annotated[str | None, strawberry.argument(description="Page backward from this cursor (a startCursor).")]
+
+
+def page_request(arxiv_id: str, direction: str, first: int | None, after: str | None, last: int | None,
+                 before: str | None, statuses: tuple[str, ...] | None,
+                 cites_retracted: bool | None = None) -> PageRequest:
+    """A keyset page forward (first/after) or backward (last/before); mixing the two is refused."""
+    if first is not None and last is not None:
+        raise UserInputError("first and last: give one of them (first pages forward, last backward)",
+                             argument="last")
+    if last is not None or before is not None:
+        if after is not None or first is not None:
+            raise UserInputError("page forward with first/after or backward with last/before, not both",
+                                 argument="before")
+        size = check_first(last if last is not None else MAX_FIRST, "last")
+        return PageRequest(arxiv_id, cursors.decode(direction, before, "before"), size + 1, statuses,
+                           cites_retracted, backward=True)
+    size = check_first(first if first is not None else MAX_FIRST)
+    return PageRequest(arxiv_id, cursors.decode(direction, after), size + 1, statuses, cites_retracted)
 StatusArg = Annotated[list[ResolutionStatus] | None,
                       strawberry.argument(description="Only edges whose resolution has one of these statuses.")]
 
@@ -39,7 +61,7 @@ def _statuses(status: list[ResolutionStatus] | None) -> tuple[str, ...] | None:
 
 
 @strawberry.type(description="An arXiv paper as of the request's instant: its latest metadata snapshot by then.")
-class Paper:
+class Paper(Node):
     snapshot: strawberry.Private[PaperSnapshot]
     as_of: strawberry.Private[datetime]
     arxiv_id: str = strawberry.field(description="arXiv identifier, without version.")
@@ -52,7 +74,8 @@ class Paper:
 
     @classmethod
     def of(cls, snapshot: PaperSnapshot, as_of: datetime) -> "Paper":
-        return cls(snapshot=snapshot, as_of=as_of, arxiv_id=snapshot.arxiv_id, title=snapshot.title,
+        return cls(id=global_id("Paper", snapshot.arxiv_id), snapshot=snapshot, as_of=as_of,
+                   arxiv_id=snapshot.arxiv_id, title=snapshot.title,
                    latest_version=snapshot.latest_version, primary_category=snapshot.primary_category,
                    submitted_at=snapshot.submitted_at, last_updated=snapshot.last_updated,
                    snapshot_observed_at=snapshot.observed_at)
@@ -62,20 +85,24 @@ class Paper:
         "(the record's order). Keyset cursors: any page costs what the first does."))
     def inbound(
         self,
-        first: FirstArg = 100,
+        first: FirstArg = None,
         after: AfterArg = None,
+        last: LastArg = None,
+        before: BeforeArg = None,
         status: StatusArg = None,
     ) -> Annotated["CitationConnection", strawberry.lazy("app.types.observation")]:
         from app.types.observation import CitationConnection
 
-        request = PageRequest(self.arxiv_id, cursors.decode("in", after), check_first(first) + 1, _statuses(status))
+        request = page_request(self.arxiv_id, "in", first, after, last, before, _statuses(status))
         return CitationConnection(request=request, direction="in", as_of=self.as_of)
 
     @strawberry.field(description="This paper's references, ordered by reference index, then observation id.")
     def outbound(
         self,
-        first: FirstArg = 100,
+        first: FirstArg = None,
         after: AfterArg = None,
+        last: LastArg = None,
+        before: BeforeArg = None,
         status: StatusArg = None,
         cites_retracted: Annotated[bool | None, strawberry.argument(description=(
             "true: only references to works whose latest retraction, withdrawal or reinstatement event is a "
@@ -83,8 +110,7 @@ class Paper:
     ) -> Annotated["CitationConnection", strawberry.lazy("app.types.observation")]:
         from app.types.observation import CitationConnection
 
-        request = PageRequest(self.arxiv_id, cursors.decode("out", after), check_first(first) + 1, _statuses(status),
-                              cites_retracted)
+        request = page_request(self.arxiv_id, "out", first, after, last, before, _statuses(status), cites_retracted)
         return CitationConnection(request=request, direction="out", as_of=self.as_of)
 
     @strawberry.field(description="Each source's latest citation count at the instant, by source; never summed.")

@@ -6,13 +6,14 @@ from datetime import datetime
 
 import strawberry
 
-from loaders.rows import Observation
+from app.types.node import Node, global_id
+from loaders.rows import Observation, WorkSnapshot
 
 
 @strawberry.type(description=(
     "The work a reference is linked to, from its latest work snapshot at the instant; without a canonical "
     "link, what the bibliography printed (workId, doi, arxivId, metadataSource and venue are then null)."))
-class Work:
+class Work(Node):
     work_id: strawberry.ID | None = strawberry.field(description="Canonical work id; null when unlinked.")
     linked: bool = strawberry.field(description="Whether the reference has a canonical work link at the instant.")
     arxiv_id: str | None = strawberry.field(description="The work's arXiv id, if it has one.")
@@ -29,9 +30,14 @@ class Work:
     def of(cls, obs: Observation) -> "Work":
         w = obs.work
         if w is None:
-            return cls(work_id=None, linked=False, arxiv_id=None, doi=None, metadata_source=None,
-                       pith_arxiv_id=obs.cited_arxiv_id, title=obs.printed_title, venue=None, year=obs.printed_year,
-                       snapshot_observed_at=obs.source_observed_at)
-        return cls(work_id=strawberry.ID(str(w.work_id)), linked=True, arxiv_id=w.arxiv_id, doi=w.doi,
-                   metadata_source=w.metadata_source, pith_arxiv_id=w.pith_arxiv_id, title=w.title, venue=w.venue,
-                   year=w.year, snapshot_observed_at=w.observed_at)
+            # Unlinked: the printed reference itself, identified through its observation.
+            return cls(id=global_id("Work", f"ref:{obs.observation_id}"), work_id=None, linked=False, arxiv_id=None,
+                       doi=None, metadata_source=None, pith_arxiv_id=obs.cited_arxiv_id, title=obs.printed_title,
+                       venue=None, year=obs.printed_year, snapshot_observed_at=obs.source_observed_at)
+        return cls.of_snapshot(w)
+
+    @classmethod
+    def of_snapshot(cls, w: WorkSnapshot) -> "Work":
+        return cls(id=global_id("Work", str(w.work_id)), work_id=strawberry.ID(str(w.work_id)), linked=True,
+                   arxiv_id=w.arxiv_id, doi=w.doi, metadata_source=w.metadata_source, pith_arxiv_id=w.pith_arxiv_id,
+                   title=w.title, venue=w.venue, year=w.year, snapshot_observed_at=w.observed_at)

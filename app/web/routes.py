@@ -15,7 +15,8 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from app import record
-from app.timeparse import ARXIV_ID_RULE, AS_OF_RULE, BadInput, now_as_of, parse_arxiv_id, parse_as_of
+from app.timeparse import (ARXIV_ID_RULE, AS_OF_RULE, BadInput, now_as_of, parse_arxiv_id, parse_as_of,
+                           parse_search_words)
 from app.web.layout import TEMPLATE_VERSION, page, time_tag
 from app.web.ledger import render_ledger
 from loaders.evidence import evidence
@@ -211,8 +212,10 @@ def routes(app: "App") -> list:
         query = request.query_params.get("q", "").strip()
         results = ""
         if query:
-            if len(query) > 500:
-                raise BadRequest("search: give 1 to 500 characters of search words")
+            try:
+                query = parse_search_words(query)
+            except BadInput as exc:
+                raise BadRequest(f"search: {exc}") from None
             session = app.session()
             try:
                 found = await search_papers(session, query, now_as_of(), 25)

@@ -1,0 +1,239 @@
+"""GraphQL over HTTP, as the GraphQL-over-HTTP specification (graphql.github.io/graphql-over-http) says.
+
+- Media types: `Accept: application/graphql-response+json` gets that type and the specification's
+  status codes (a request error is 400 with no `data` key; a result, field errors included, is 200).
+  `application/json` (or no Accept, or `*/*`) gets 200 for every well-formed GraphQL request, request
+  errors included. An Accept that allows neither is 406.
+- GET (and HEAD) run queries only: any other operation type is 405 with `Allow: POST`.
+- Every error body is GraphQL-shaped: `{"errors": [{"message", "extensions": {"code", "requestId"}}]}`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Mapping
+
+from graphql import OperationDefinitionNode, parse
+from starlette.responses import Response
+
+from app.logs import request_id
+
+GRAPHQL_RESPONSE = "application/graphql-response+json"
+JSON = "application/json"
+
+
+def response_media_type(accept: str | None) -> str | None:
+    """The media type to answer in, from the client's Accept; None when it allows neither of ours."""
+    if accept is None or not accept.strip():
+        return JSON
+    best: str | None = None
+    best_q = 0.0
+    for part in accept.split(","):
+        fields = part.split(";")
+        media = fields[0].strip().lower()
+        q = 1.0
+        for param in fields[1:]:
+            name, _, value = param.partition("=")
+            if name.strip().lower() == "q":
+                try:
+                    q = float(value.strip())
+                except ValueError:
+                    q = 0.0
+        if media == GRAPHQL_RESPONSE:
+            candidate = GRAPHQL_RESPONSE
+        elif media in (JSON, "application/*", "*/*"):
+            candidate = JSON
+        else:
+            continue
+        # Equal preference: the GraphQL media type wins, as the specification recommends.
+        if q > best_q or (q == best_q and q > 0 and candidate == GRAPHQL_RESPONSE):
+            best, best_q = candidate, q
+    return best
+
+
+def graphql_response(payload: dict[str, Any], status: int, media: str | None,
+                     headers: Mapping[str, str] | None = None) -> Response:
+    from app.main import GraphQLJSONResponse
+
+    response = GraphQLJSONResponse(payload, status_code=status, headers=dict(headers or {}))
+    response.headers["content-type"] = f"{media or JSON}; charset=utf-8"
+    return response
+
+
+def error_entry(message: str, code: str, **extensions: Any) -> dict[str, Any]:
+    return {"message": message, "extensions": {"code": code, "requestId": request_id.get(), **extensions}}
+
+
+def transport_error(status: int, message: str, code: str, media: str | None = JSON,
+                    headers: Mapping[str, str] | None = None) -> Response:
+    """An HTTP-level refusal, in the shape every GraphQL client reads."""
+    return graphql_response({"errors": [error_entry(message, code)]}, status, media, headers)
+
+
+class BadRequest(Exception):
+    def __init__(self, message: str, status: int = 400, code: str = "BAD_REQUEST") -> None:
+        self.message, self.status, self.code = message, status, code
+
+
+def body_from_query_string(params: Mapping[str, str]) -> dict[str, Any]:
+    body: dict[str, Any] = {"query": params.get("query"), "operationName": params.get("operationName")}
+    for name in ("variables", "extensions"):
+        text = params.get(name)
+        if text:
+            try:
+                body[name] = json.loads(text)
+            except (ValueError, RecursionError):
+                body[name] = _Invalid(name)
+    return body
+
+
+class _Invalid:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+@dataclass(frozen=True)
+class GraphQLParams:
+    query: str | None  # None: an automatic persisted query names its document by hash
+    variables: dict[str, Any] | None
+    operation_name: str | None
+    extensions: dict[str, Any] | None
+
+    @classmethod
+    def of(cls, body: Any, max_variables_bytes: int) -> "GraphQLParams":
+        if isinstance(body, list):
+            raise BadRequest("batched operations are not supported; send one operation per request")
+        if not isinstance(body, dict):
+            raise BadRequest("expected a JSON object with query, variables and operationName")
+        for name in ("variables", "extensions"):
+            if isinstance(body.get(name), _Invalid):
+                raise BadRequest(f"{name}: not valid JSON; expected a JSON object")
+        query, variables = body.get("query"), body.get("variables")
+        operation, extensions = body.get("operationName"), body.get("extensions")
+        persisted = isinstance(extensions, dict) and "persistedQuery" in extensions
+        if query is None and persisted:
+            pass
+        elif not isinstance(query, str) or not query.strip():
+            raise BadRequest("query: a GraphQL document (string) is required")
+        if variables is not None and not isinstance(variables, dict):
+            raise BadRequest("variables: expected a JSON object")
+        if variables and len(json.dumps(variables)) > max_variables_bytes:
+            raise BadRequest(f"variables are larger than {max_variables_bytes} bytes", 413, "PAYLOAD_TOO_LARGE")
+        if operation is not None and not isinstance(operation, str):
+            raise BadRequest("operationName: expected a string")
+        if extensions is not None and not isinstance(extensions, dict):
+            raise BadRequest("extensions: expected a JSON object")
+        return cls(query, variables, operation or None, extensions)
+
+
+def operation_problem(query: str, operation_name: str | None) -> str | None:
+    """Why no single operation can be chosen from the document (None when one can, or it does not parse)."""
+    document = _document(query)
+    if document is None:
+        return None
+    operations = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)]
+    names = [op.name.value for op in operations if op.name is not None]
+    if not operations:
+        return "the document has no operation (only fragments); add an operation such as `query { ... }`"
+    if operation_name is not None and operation_name not in names:
+        return (f"operationName {operation_name!r} names no operation in the document; it has "
+                + (", ".join(repr(n) for n in names) if names else "only an anonymous operation"))
+    if operation_name is None and len(operations) > 1:
+        return (f"the document has {len(operations)} operations; say which to run with operationName (one of "
+                + ", ".join(repr(n) for n in names) + ")")
+    return None
+
+
+def operation_error(exc: Exception, params: GraphQLParams, media: str | None, get_like: bool) -> Response:
+    """The operation to run cannot be chosen, or is not a query: a request error that says why."""
+    from strawberry.schema.exceptions import InvalidOperationTypeError
+
+    status = 400 if media == GRAPHQL_RESPONSE else 200
+    if isinstance(exc, InvalidOperationTypeError):
+        kind = exc.operation_type.value
+        if get_like:
+            return transport_error(405, f"GET runs queries only; send this {kind} with POST", "METHOD_NOT_ALLOWED",
+                                   media, {"Allow": "POST"})
+        message = (f"this API answers queries only; it has no {kind} operations" if kind == "mutation" else
+                   "subscriptions are not served over this transport; send a query")
+        return graphql_response({"errors": [error_entry(message, "OPERATION_NOT_SUPPORTED")]}, status, media)
+    message = operation_problem(params.query or "", params.operation_name) or "no operation could be chosen"
+    return resolution_failure(message, media)
+
+
+def resolution_failure(message: str, media: str | None) -> Response:
+    status = 400 if media == GRAPHQL_RESPONSE else 200
+    return graphql_response({"errors": [error_entry(message, "OPERATION_RESOLUTION_FAILURE")]}, status, media)
+
+
+def is_request_error(result: Any) -> bool:
+    """No execution happened: the document, the operation or the variables were refused."""
+    return result.data is None and bool(result.errors) and all(e.path is None for e in result.errors)
+
+
+def result_response(result: Any, errors: list[dict[str, Any]], media: str | None) -> Response:
+    if is_request_error(result):
+        payload: dict[str, Any] = {"errors": errors}
+        if result.extensions:
+            payload["extensions"] = result.extensions
+        return graphql_response(payload, 400 if media == GRAPHQL_RESPONSE else 200, media)
+    payload = {"data": result.data}
+    if errors:
+        payload["errors"] = errors
+    if result.extensions:
+        payload["extensions"] = result.extensions
+    return graphql_response(payload, 200, media)
+
+
+# --- cacheable GET --------------------------------------------------------------------------------
+
+PINNED_MAX_AGE = 300  # a pinned answer changes only when an import adds facts from before its instant
+
+
+@lru_cache(maxsize=1024)
+def _document(query: str) -> Any:
+    from app.schema import MAX_TOKENS
+
+    try:
+        return parse(query, max_tokens=MAX_TOKENS)
+    except Exception:  # noqa: BLE001 - execution reports it
+        return None
+
+
+def pins_every_instant(query: str, operation_name: str | None, variables: dict[str, Any] | None) -> bool:
+    """Whether every root field of the operation to run has an asOf (a literal, or a variable given a value)."""
+    from graphql import FieldNode, VariableNode
+
+    document = _document(query)
+    if document is None:
+        return False
+    operations = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)
+                  and (operation_name is None or (d.name is not None and d.name.value == operation_name))]
+    if len(operations) != 1:
+        return False
+    roots = [s for s in operations[0].selection_set.selections]
+    if not roots or not all(isinstance(s, FieldNode) for s in roots):
+        return False
+    for field in roots:
+        if field.name.value == "__typename":
+            continue
+        value = next((a.value for a in field.arguments or () if a.name.value == "asOf"), None)
+        if value is None or value.kind == "null_value":
+            return False
+        if isinstance(value, VariableNode) and (variables or {}).get(value.name.value) is None:
+            return False
+    return True
+
+
+def get_validator(version: int, params: "GraphQLParams", query: str, media: str | None) -> str:
+    key = json.dumps([version, query, params.variables, params.operation_name, media], sort_keys=True,
+                     ensure_ascii=True, default=str)
+    return 'W/"' + hashlib.sha256(key.encode()).hexdigest()[:40] + '"'
+
+
+def cache_headers(etag: str, pinned: bool) -> dict[str, str]:
+    return {"ETag": etag, "Vary": "Accept",
+            "Cache-Control": f"public, max-age={PINNED_MAX_AGE}" if pinned else "no-cache"}
