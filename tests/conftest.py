@@ -148,14 +148,36 @@ class Served:
         return response.json()
 
 
+# Every 5xx answered anywhere in the suite, except by servers a test takes the database from on purpose.
+SERVER_ERRORS: list[str] = []
+
+
+def record_server_errors(app: Any) -> Any:
+    async def recording(scope: Any, receive: Any, send: Any) -> None:
+        async def watch(message: dict) -> None:
+            if message["type"] == "http.response.start" and message["status"] >= 500:
+                SERVER_ERRORS.append(f"{scope.get('method')} {scope.get('path')} {message['status']}")
+            await send(message)
+
+        await app(scope, receive, watch)
+
+    return recording
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_server_errors() -> Any:
+    yield
+    assert SERVER_ERRORS == [], f"requests answered 5xx: {SERVER_ERRORS[:20]}"
+
+
 async def serve(url: str, log: StatementLog, settings: Settings | None = None,
-                pool_init: Any = None) -> AsyncIterator[Served]:
+                pool_init: Any = None, expect_5xx: bool = False) -> AsyncIterator[Served]:
     async def init(conn: asyncpg.Connection) -> None:
         conn.add_query_logger(log)
 
     app = create_app(settings or Settings(database_url=url), url, pool_init=pool_init or init)
     async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
+        transport = httpx.ASGITransport(app=app if expect_5xx else record_server_errors(app))
         async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
             yield Served(app, client, log)
 
@@ -213,9 +235,11 @@ def free_port() -> int:
 class LiveServer:
     """`pith-graph serve` in a subprocess, on a free port of 127.0.0.1."""
 
-    def __init__(self, database_url: str, env: dict[str, str] | None = None) -> None:
+    def __init__(self, database_url: str, env: dict[str, str] | None = None, expect_5xx: bool = False) -> None:
         import subprocess
         import sys
+
+        self.expect_5xx = expect_5xx
 
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
@@ -246,6 +270,10 @@ class LiveServer:
         return Path(self.log.name).read_text(errors="replace")
 
     def stop(self) -> None:
+        import re
+
+        if not self.expect_5xx and Path(self.log.name).exists():
+            SERVER_ERRORS.extend(m.group(0) for m in re.finditer(r"(?:GET|POST|HEAD) \S+ 5\d\d ", self.logs()))
         if self.process.poll() is None:
             self.process.terminate()
             try:

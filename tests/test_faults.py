@@ -34,7 +34,7 @@ async def test_database_stop_gives_503_and_recovery_needs_no_restart(stoppable):
     settings = Settings(database_url=stoppable.url, pool_min=2, pool_max=4, statement_timeout_ms=5000)
     record = f"/paper/2402.15627/citation-record.json?as_of={SEED_AS_OF}"
     query = {"query": '{ paper(arxivId: "2402.15627") { title inbound(first: 3) { totalCount } } }'}
-    async for s in serve(stoppable.url, StatementLog(), settings):
+    async for s in serve(stoppable.url, StatementLog(), settings, expect_5xx=True):  # the database is stopped on purpose
         assert (await s.client.get(record)).content == seed_bytes()
         assert (await s.client.get("/readyz")).status_code == 200
 

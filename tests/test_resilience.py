@@ -69,7 +69,7 @@ async def test_statement_timeout_bounds_every_query(database_url):
     settings = Settings(database_url=database_url, statement_timeout_ms=200)
     blocker = await asyncpg.connect(database_url)
     try:
-        async for s in serve(database_url, StatementLog(), settings):
+        async for s in serve(database_url, StatementLog(), settings, expect_5xx=True):  # timeouts answer 503
             await blocker.execute("BEGIN; LOCK TABLE citation_observations IN ACCESS EXCLUSIVE MODE")
             started = time.monotonic()
             response = await s.client.get("/paper/2402.15627/citation-record.json")
