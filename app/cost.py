@@ -7,6 +7,7 @@ MAX_NODES is refused before execution, and every response reports its cost in `e
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any, Iterator
 
 from graphql import (
@@ -199,19 +200,80 @@ def query_nodes(document: Any, operation_name: str | None, variables: dict[str, 
     return sum(costing.nodes(op.selection_set, 1) for op in operations[:1])
 
 
-class QueryCost(SchemaExtension):
-    """Refuses queries over the node budget before execution; reports nodes and statements after."""
+@lru_cache(maxsize=1024)
+def _parsed(query: str, max_tokens: int) -> Any:
+    from graphql import parse
 
-    def __init__(self, *, execution_context: Any = None) -> None:
+    return parse(query, max_tokens=max_tokens)
+
+
+@lru_cache(maxsize=1024)
+def _validated(schema: Any, document: Any, rules: tuple) -> list[GraphQLError]:
+    from strawberry.schema.schema import validate_document
+
+    return validate_document(schema, document, rules)
+
+
+@lru_cache(maxsize=1024)
+def _plan(schema: Any, document: Any, operation_name: str | None) -> tuple[bool, bool]:
+    """(one statement, whether any argument the budget reads comes from a variable) for a document."""
+    from graphql import VariableNode, visit
+    from graphql.language import Visitor
+
+    class Sized(Visitor):
+        found = False
+
+        def enter_argument(self, node: Any, *_: Any) -> None:
+            if node.name.value in (*LIMITS, "arxivIds", "ids") and isinstance(node.value, VariableNode):
+                Sized.found = True
+            elif node.name.value in ("arxivIds", "ids") and any(isinstance(v, VariableNode)
+                                                                for v in getattr(node.value, "values", ())):
+                Sized.found = True
+
+    visit(document, Sized())
+    return one_statement(schema, document, operation_name), Sized.found
+
+
+class RequestPipeline(SchemaExtension):
+    """Everything a request goes through before execution, in one extension (one set of hooks).
+
+    Limits (tokens at parse time; depth and aliases as validation rules built once), parse and
+    validation results cached by document (LRU, per process), then the node budget over the coerced
+    arguments, refused before execution; after execution, the cost in `extensions.cost`.
+    """
+
+    def __init__(self, *, execution_context: Any = None, rules: tuple = (), max_tokens: int = 5_000) -> None:
+        self.rules = rules
+        self.max_tokens = max_tokens
         self.nodes: int | None = None
+
+    def on_operation(self):  # type: ignore[override]
+        ctx = self.execution_context
+        ctx.parse_options["max_tokens"] = self.max_tokens
+        ctx.validation_rules = ctx.validation_rules + self.rules
+        yield
+
+    def on_parse(self):  # type: ignore[override]
+        ctx = self.execution_context
+        if ctx.graphql_document is None and ctx.query:
+            ctx.graphql_document = _parsed(ctx.query, self.max_tokens)
+        yield
+
+    def on_validate(self):  # type: ignore[override]
+        ctx = self.execution_context
+        if ctx.pre_execution_errors is None and ctx.graphql_document is not None:
+            ctx.pre_execution_errors = _validated(ctx.schema._schema, ctx.graphql_document, ctx.validation_rules)
+        yield
 
     def on_execute(self):  # type: ignore[override]
         ctx = self.execution_context
         error: GraphQLError | None = None
-        if ctx.graphql_document is not None:
+        document = ctx.graphql_document
+        if document is not None:
+            single, sized_by_variables = _plan(ctx.schema._schema, document, ctx.operation_name)
             try:
-                self.nodes = query_nodes(ctx.graphql_document, ctx.operation_name, ctx.variables,
-                                         ctx.schema._schema)
+                self.nodes = query_nodes(document, ctx.operation_name, ctx.variables,
+                                         ctx.schema._schema if sized_by_variables else None)
             except GraphQLError as exc:
                 error = exc
             else:
@@ -220,13 +282,12 @@ class QueryCost(SchemaExtension):
                         f"query may touch {self.nodes} nodes; the limit is {MAX_NODES} per query "
                         f"(lower `first`, `perPaper`, `depth` or the number of ids)",
                         cost=self.nodes, limit=MAX_NODES)
+            if error is None:
+                session = getattr(ctx.context, "session", None)
+                if session is not None and session.statements == 0:
+                    session.single_statement = single
         if error is not None:
             ctx.result = ExecutionResult(data=None, errors=[error])
-        elif ctx.graphql_document is not None:
-            session = getattr(ctx.context, "session", None)
-            if session is not None and session.statements == 0:
-                session.single_statement = one_statement(ctx.schema._schema, ctx.graphql_document,
-                                                         ctx.operation_name)
         yield
 
     def get_results(self) -> dict[str, Any]:

@@ -10,11 +10,11 @@ from uuid import UUID
 
 import strawberry
 from graphql import GraphQLError
-from strawberry.extensions import MaxAliasesLimiter, MaxTokensLimiter, QueryDepthLimiter
+from strawberry.extensions import MaxAliasesLimiter, QueryDepthLimiter
 from strawberry.schema.config import StrawberryConfig
 from strawberry.types import Info
 
-from app.cost import MAX_NEIGHBOURHOOD_PAPERS, QueryCost
+from app.cost import MAX_NEIGHBOURHOOD_PAPERS, RequestPipeline
 from app.errors import UserInputError
 from app.timeparse import BadInput, parse_arxiv_id, parse_search_words
 from app.types.enums import Direction
@@ -263,22 +263,16 @@ class Schema(strawberry.Schema):
 # validation cache (keyed by document and rules) would never hit.
 LIMIT_RULES: tuple = (*QueryDepthLimiter(max_depth=MAX_DEPTH).validation_rules,
                       *MaxAliasesLimiter(max_alias_count=MAX_ALIASES).validation_rules)
-# Distinct documents kept parsed and validated (LRU, shared by every request of the process).
-DOCUMENT_CACHE_SIZE = 1024
 
 
 def make_schema(*, introspection: bool = True, production: bool = False, direct: bool = True) -> strawberry.Schema:
-    from strawberry.extensions import AddValidationRules, DisableIntrospection, ParserCache, ValidationCache
+    from functools import partial
 
-    extensions: list = [
-        lambda: MaxTokensLimiter(max_token_count=MAX_TOKENS),  # a parse option: part of the parse cache key
-        lambda: ParserCache(maxsize=DOCUMENT_CACHE_SIZE),
-        lambda: AddValidationRules(list(LIMIT_RULES)),
-        lambda: ValidationCache(maxsize=DOCUMENT_CACHE_SIZE),
-        QueryCost,
-    ]
+    from strawberry.extensions import DisableIntrospection
+
+    extensions: list = [partial(RequestPipeline, rules=LIMIT_RULES, max_tokens=MAX_TOKENS)]
     if not introspection:
-        extensions.append(DisableIntrospection)
+        extensions.insert(0, DisableIntrospection)
     from app.execution import DirectExecutionContext
 
     return Schema(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import cached_property
 from datetime import datetime
 from typing import Any, Awaitable, Callable, Sequence
 from uuid import UUID
@@ -69,15 +70,43 @@ class Loaders:
     def __init__(self, db: Db, as_of: datetime) -> None:
         self.db = db
         self.as_of = as_of
-        self.paper = DataLoader(self._papers)
-        self.inbound = DataLoader(_grouped(self._inbound))
-        self.outbound = DataLoader(_grouped(self._outbound))
-        self.count = DataLoader(_grouped(self._counts))
-        self.standing = DataLoader(self._standing)
-        self.measurements = DataLoader(self._measurements)
-        self.observation = DataLoader(self._observations)
-        self.record = DataLoader(self._records)
-        self.work = DataLoader(self._works)
+
+    # Each loader is made when a request first needs it: most requests use one or two.
+    @cached_property
+    def paper(self) -> DataLoader:
+        return DataLoader(self._papers)
+
+    @cached_property
+    def inbound(self) -> DataLoader:
+        return DataLoader(_grouped(self._inbound))
+
+    @cached_property
+    def outbound(self) -> DataLoader:
+        return DataLoader(_grouped(self._outbound))
+
+    @cached_property
+    def count(self) -> DataLoader:
+        return DataLoader(_grouped(self._counts))
+
+    @cached_property
+    def standing(self) -> DataLoader:
+        return DataLoader(self._standing)
+
+    @cached_property
+    def measurements(self) -> DataLoader:
+        return DataLoader(self._measurements)
+
+    @cached_property
+    def observation(self) -> DataLoader:
+        return DataLoader(self._observations)
+
+    @cached_property
+    def record(self) -> DataLoader:
+        return DataLoader(self._records)
+
+    @cached_property
+    def work(self) -> DataLoader:
+        return DataLoader(self._works)
 
     async def _papers(self, keys: Sequence[str]) -> list[PaperSnapshot | None]:
         return await paper_snapshots(self.db, keys, self.as_of)
