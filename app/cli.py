@@ -111,6 +111,8 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
                 log_config=None, log_level="warning", proxy_headers=False, access_log=False,
                 # Longer than the usual load balancer idle timeout (60 s), so the balancer closes first.
                 timeout_keep_alive=75,
+                # Subscription messages are small JSON: compressing each frame costs more than it saves.
+                ws_per_message_deflate=False,
                 # SIGTERM: requests still running after this are cancelled (their sessions roll back and
                 # release), then the pool closes; the process is gone well within 10 s.
                 timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS)

@@ -49,7 +49,31 @@ def plain_fields(parent_type: GraphQLObjectType) -> dict[str, Callable[[Any], An
     return found
 
 
+# Collected sub-fields outlive one execution: a subscription executes its selection once per event, and
+# many subscribers share a document (the parse cache gives them the same nodes). The key holds what the
+# collection depends on (type, nodes, fragments, variable values) and keeps those nodes alive.
+_SUBFIELDS: dict[tuple, tuple] = {}
+_SUBFIELDS_MAX = 4096
+
+
 class DirectExecutionContext(StrawberryGraphQLCoreExecutionContext):
+    def collect_subfields(self, return_type, field_details_list):  # type: ignore[override]
+        try:
+            coerced = getattr(self.variable_values, "coerced", None) or {}
+            variables = tuple(sorted((k, repr(v)) for k, v in coerced.items()))
+        except Exception:  # noqa: BLE001 - anything unusual: collect as graphql-core does
+            return super().collect_subfields(return_type, field_details_list)
+        # The operation node stands for its document (and so its fragments): the parse cache shares it.
+        key = (return_type, tuple(id(d.node) for d in field_details_list), id(self.operation), variables)
+        found = _SUBFIELDS.get(key)
+        if found is not None:
+            return found[1]
+        collected = super().collect_subfields(return_type, field_details_list)
+        if len(_SUBFIELDS) >= _SUBFIELDS_MAX:
+            _SUBFIELDS.clear()
+        _SUBFIELDS[key] = ((field_details_list, self.operation), collected)
+        return collected
+
     def execute_fields(self, parent_type, source_value, path, grouped_field_set, position_context):  # type: ignore[override]
         plain = plain_fields(parent_type)
         manager = self.middleware_manager

@@ -20,14 +20,16 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.middleware.gzip import GZipMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
+from strawberry.asgi import GraphQL as StrawberryGraphQL
 from strawberry.exceptions import MissingQueryError
 from strawberry.schema.exceptions import CannotGetOperationTypeError, InvalidOperationTypeError
 from strawberry.types.graphql import OperationType
 
 from app.context import Context
 from app.db.pool import Session, create_pool
+from app.live import Hub
 from app.logs import request_id
 from app.persisted import PersistedDocuments, PersistedQueryError, load_manifest, requested_hash
 from app.schema import make_schema
@@ -215,6 +217,7 @@ class App:
         self.dsn = dsn
         self.pool_init = pool_init
         self.pool: asyncpg.Pool | None = None
+        self.hub: Hub | None = None
         self.replicas: list[asyncpg.Pool] = []
         self._next_replica = 0
         self.schema = make_schema(introspection=settings.introspection, production=settings.production)
@@ -390,7 +393,9 @@ class App:
             return JSONResponse({"status": "unavailable", "database": "reachable", "replicas": replicas},
                                 status_code=503, headers={"Retry-After": RETRY_AFTER_SECONDS})
         return JSONResponse({"status": "ready", "database": "reachable", "pending_migrations": [],
-                             "replicas": replicas, "pool": pool_figures(self.pool)})
+                             "replicas": replicas, "pool": pool_figures(self.pool),
+                             "live": {"subscribers": self.hub.count if self.hub else 0,
+                                      "position": self.hub.position if self.hub else None}})
 
 
 def create_app(settings: Settings | None = None, dsn: str | None = None, *,
@@ -405,6 +410,10 @@ def create_app(settings: Settings | None = None, dsn: str | None = None, *,
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         state.pool = await create_pool(settings, dsn, init=pool_init)
         state.replicas = [await create_pool(settings, url, init=pool_init) for url in settings.replica_urls]
+        # Live changes are read from the primary: the change log is appended there, and a replica may
+        # not have replayed a notified position yet.
+        state.hub = Hub(dsn)
+        await state.hub.start()
         if settings.gc_freeze:
             # What start-up built (schema, modules, pools) lives as long as the process: moved out of
             # the collector's generations, full collections no longer walk it (they were the p99).
@@ -413,14 +422,18 @@ def create_app(settings: Settings | None = None, dsn: str | None = None, *,
         try:
             yield
         finally:
+            await state.hub.stop()
             pools, state.pool, state.replicas = [state.pool, *state.replicas], None, []
             for pool in pools:
                 await close_pool(pool)
 
     from app.web import routes as web_routes
 
+    live = LiveGraphQL(state)
+    graphql_http = Route("/graphql", state.graphql, methods=["GET", "POST"])
     routes = [
-        Route("/graphql", state.graphql, methods=["GET", "POST"]),
+        Route("/graphql", GraphQLEndpoint(graphql_http.app, live), methods=["GET", "POST"]),
+        WebSocketRoute("/graphql", live),
         Route("/healthz", state.healthz),
         Route("/readyz", state.readyz),
         *web_routes.routes(state),
@@ -449,6 +462,46 @@ def pool_figures(pool: asyncpg.Pool | None) -> dict[str, int]:
     if pool is None:
         return {"size": 0, "idle": 0, "max": 0}
     return {"size": pool.get_size(), "idle": pool.get_idle_size(), "max": pool.get_max_size()}
+
+
+MAX_SUBSCRIPTIONS_PER_CONNECTION = 20
+
+
+class LiveGraphQL(StrawberryGraphQL):
+    """Strawberry's own transports for subscriptions: graphql-transport-ws and graphql-ws over WebSocket,
+    SSE and multipart over HTTP; keep-alive pings; the WebSocket origin rule follows PITH_CORS_ORIGINS
+    (same origin only when none is configured)."""
+
+    def __init__(self, state: "App") -> None:
+        from strawberry.subscriptions import (GRAPHQL_SSE_PROTOCOL, GRAPHQL_TRANSPORT_WS_PROTOCOL,
+                                              GRAPHQL_WS_PROTOCOL, MULTIPART_SUBSCRIPTION_PROTOCOL)
+
+        super().__init__(state.schema, graphql_ide=None, keep_alive=True, keep_alive_interval=15,
+                         max_subscriptions_per_connection=MAX_SUBSCRIPTIONS_PER_CONNECTION,
+                         allowed_origins=state.settings.cors_origins,
+                         subscription_protocols=(GRAPHQL_TRANSPORT_WS_PROTOCOL, GRAPHQL_WS_PROTOCOL,
+                                                 GRAPHQL_SSE_PROTOCOL, MULTIPART_SUBSCRIPTION_PROTOCOL))
+        self.state = state
+
+    async def get_context(self, request: Any, response: Any = None) -> Context:  # type: ignore[override]
+        return Context(session=self.state.session(), hub=self.state.hub, app=self.state)
+
+
+def streaming_request(scope: Scope) -> bool:
+    """A GraphQL request that asks for a stream of results (SSE or multipart subscriptions)."""
+    accept = dict(scope["headers"]).get(b"accept", b"").decode("latin-1").lower()
+    return "text/event-stream" in accept or ("multipart/mixed" in accept and "subscriptionspec" in accept)
+
+
+class GraphQLEndpoint:
+    """/graphql over HTTP: streaming subscription requests go to Strawberry's view, the rest to ours."""
+
+    def __init__(self, ordinary: ASGIApp, live: ASGIApp) -> None:
+        self.ordinary, self.live = ordinary, live
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        target = self.live if streaming_request(scope) else self.ordinary
+        await target(scope, receive, send)
 
 
 POOL_CLOSE_SECONDS = 3.0

@@ -275,8 +275,11 @@ def make_schema(*, introspection: bool = True, production: bool = False, direct:
         extensions.insert(0, DisableIntrospection)
     from app.execution import DirectExecutionContext
 
+    from app.types.live import Subscription
+
     return Schema(
         query=Query,
+        subscription=Subscription,
         extensions=extensions,
         execution_context_class=DirectExecutionContext if direct else None,
         config=StrawberryConfig(disable_field_suggestions=production, scalar_map=SCALARS),

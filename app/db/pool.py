@@ -138,6 +138,8 @@ class Session:
         if self._closed:
             return
         self._closed = True
+        if self._conn is None and not self._working:
+            return  # never took a connection (a subscription event answered from shared reads)
         current = asyncio.current_task()
         others = [t for t in self._working if t is not current and not t.done()]
         for task in others:

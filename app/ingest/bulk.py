@@ -16,7 +16,8 @@ from app.ingest.synth import generate
 # Secondary indexes that are cheaper to build once after a bulk load into empty tables than to
 # maintain row by row. Their definitions are read from the catalog, so migrations stay the one source.
 DEFERRED_INDEXES = ("citation_observations_inbound", "citation_observations_outbound",
-                    "citation_observations_inbound_count", "paper_snapshots_title_search")
+                    "citation_observations_inbound_count", "citation_observations_by_work",
+                    "paper_snapshots_title_search")
 
 
 @dataclass

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -122,7 +123,9 @@ class Loader:
         for t in TABLES:
             await self.conn.execute(
                 f"CREATE TEMP TABLE stage_{t.name} (LIKE {t.name}) ON COMMIT DROP;"
-                f" ALTER TABLE stage_{t.name} ADD COLUMN origin text"
+                f" ALTER TABLE stage_{t.name} ADD COLUMN origin text;"
+                # What this import actually adds (for the change log).
+                f" CREATE TEMP TABLE new_{t.name} (LIKE {t.name}) ON COMMIT DROP"
             )
 
     def add(self, facts: Facts, origin: str) -> None:
@@ -158,7 +161,8 @@ class Loader:
         added = 0
         for t in TABLES:
             # Insert first, then compare: a concurrent load's committed rows are then seen too.
-            status = await self.conn.execute(_insert_sql(t, unique=not self.check_conflicts))
+            status = await self.conn.execute(f"WITH added AS ({_insert_sql(t, unique=not self.check_conflicts)} "
+                                             f"RETURNING *) INSERT INTO new_{t.name} SELECT * FROM added")
             added += int(status.split()[-1])
             if not t.values or not self.check_conflicts:
                 continue
@@ -167,10 +171,64 @@ class Loader:
                 if conflict is not None:
                     raise ImportRejected(self.file, _describe_conflict(t, conflict))
         if added:
-            # Validators of cached GraphQL answers change with the data (taken last: the row is locked
-            # only until this transaction commits).
+            # Validators of cached GraphQL answers change with the data, and live subscribers are told
+            # (both taken last: the row and the lock are held only until this transaction commits).
             await self.conn.execute("UPDATE data_version SET version = version + 1")
+            await append_changes(self.conn)
         return added
+
+
+CHANGE_LOG_LOCK = 7_411_000  # the advisory lock that orders change-log positions by commit
+RETENTION_DAYS = int(os.environ.get("PITH_CHANGE_LOG_RETENTION_DAYS", "30"))
+
+# Papers whose record the new facts may change: the paper itself, both ends of a new or re-resolved
+# observation, the papers whose lists show a paper with a new snapshot, those citing (or cited through)
+# a work with new facts, and papers with new measurements. Subscribers compare records before telling.
+_AFFECTED_PAPERS = """
+SELECT arxiv_id FROM new_paper_snapshots
+UNION SELECT cited_arxiv_id FROM new_citation_observations WHERE cited_arxiv_id IS NOT NULL
+UNION SELECT citing_arxiv_id FROM new_citation_observations
+UNION SELECT o.citing_arxiv_id FROM new_resolutions AS r JOIN citation_observations AS o USING (observation_id)
+UNION SELECT o.cited_arxiv_id FROM new_resolutions AS r JOIN citation_observations AS o USING (observation_id)
+      WHERE o.cited_arxiv_id IS NOT NULL
+UNION SELECT o.cited_arxiv_id FROM new_paper_snapshots AS p JOIN citation_observations AS o
+      ON o.citing_arxiv_id = p.arxiv_id WHERE o.cited_arxiv_id IS NOT NULL
+UNION SELECT o.citing_arxiv_id FROM new_paper_snapshots AS p JOIN citation_observations AS o
+      ON o.cited_arxiv_id = p.arxiv_id
+UNION SELECT o.citing_arxiv_id FROM (SELECT work_id FROM new_work_snapshots UNION SELECT work_id FROM
+      new_standing_receipts UNION SELECT work_id FROM new_work_events) AS w JOIN citation_observations AS o USING (work_id)
+UNION SELECT arxiv_id FROM new_external_measurements
+"""
+
+
+async def append_changes(conn: asyncpg.Connection) -> None:
+    """Append this import's changes to the change log, set-based, and announce the newest position."""
+    await conn.execute("SELECT pg_advisory_xact_lock($1)", CHANGE_LOG_LOCK)
+    await conn.execute(f"""
+INSERT INTO change_log (kind, arxiv_id, observation_id, committed_at)
+SELECT 'citation_added', cited_arxiv_id, observation_id, clock_timestamp()
+FROM (SELECT * FROM new_citation_observations WHERE cited_arxiv_id IS NOT NULL
+      ORDER BY cited_arxiv_id, citing_arxiv_id, reference_index, observation_id) AS o;
+
+INSERT INTO change_log (kind, arxiv_id, observation_id, work_id, event_source, event_type, event_observed_at,
+                        event_reported_at, event_notice_doi, committed_at)
+SELECT 'standing_changed', o.citing_arxiv_id, o.observation_id, e.work_id, e.source, e.event_type, e.observed_at,
+       e.reported_at, e.notice_doi, clock_timestamp()
+FROM (SELECT * FROM new_work_events ORDER BY observed_at, work_id, source, event_type) AS e
+JOIN LATERAL (SELECT DISTINCT ON (c.citing_arxiv_id) c.citing_arxiv_id, c.observation_id
+              FROM citation_observations AS c WHERE c.work_id = e.work_id
+              ORDER BY c.citing_arxiv_id, c.reference_index, c.observation_id) AS o ON true;
+
+INSERT INTO change_log (kind, arxiv_id, committed_at)
+SELECT 'record_changed', a.arxiv_id, clock_timestamp() FROM ({_AFFECTED_PAPERS}) AS a ORDER BY a.arxiv_id;
+
+WITH gone AS (DELETE FROM change_log WHERE committed_at < now() - make_interval(days => {RETENTION_DAYS})
+              RETURNING position)
+UPDATE change_log_pruned SET up_to = greatest(up_to, (SELECT max(position) FROM gone))
+WHERE EXISTS (SELECT 1 FROM gone);
+
+SELECT pg_notify('pith_changes', coalesce((SELECT max(position) FROM change_log), 0)::text);
+""")
 
 
 def _describe_conflict(t: Table, row: Any) -> str:

@@ -1,0 +1,197 @@
+"""Live changes for subscriptions: one listening connection per process, fanned out to subscribers.
+
+Imports append to `change_log` and NOTIFY `pith_changes` with the newest position (migration 0006).
+The hub keeps one connection to the primary that LISTENs; each notification (or, as a safety net,
+every POLL_SECONDS) it reads the rows after the last position it has seen, in order, and hands each
+row to the subscribers of its (kind, paper). When the connection drops (PostgreSQL restarted), it
+reconnects with back-off and reads from the last position it saw, so no row is lost.
+
+A subscriber is a bounded queue: one that falls QUEUE_SIZE rows behind is dropped with a reason
+rather than growing memory. A process holds at most MAX_SUBSCRIBERS subscriptions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+
+log = logging.getLogger("pith.live")
+
+CHANNEL = "pith_changes"
+POLL_SECONDS = 5.0
+QUEUE_SIZE = 1_000
+MAX_SUBSCRIBERS = 10_000
+SHARE_SECONDS = 5.0
+ROWS = """SELECT position, kind, arxiv_id, observation_id, work_id, event_source, event_type, event_observed_at,
+                 event_reported_at, event_notice_doi, committed_at
+          FROM change_log WHERE position > $1 ORDER BY position LIMIT 5000"""
+
+
+class LiveError(Exception):
+    """A subscription that cannot go on (or start); the message says why and what to do."""
+
+
+def encode_cursor(position: int) -> str:
+    return base64.urlsafe_b64encode(f"change:{position}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> int:
+    try:
+        if len(cursor) <= 64:
+            text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+            kind, _, number = text.partition(":")
+            if kind == "change" and number.isdigit() and len(number) <= 18:
+                return int(number)
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        pass
+    raise LiveError(f"after: {cursor[:60]!r} is not a cursor of this subscription; pass an event's cursor")
+
+
+@dataclass(eq=False)
+class Subscriber:
+    kind: str
+    arxiv_id: str
+    queue: asyncio.Queue = field(default_factory=lambda: asyncio.Queue(QUEUE_SIZE))
+    dropped: str | None = None
+
+
+class Hub:
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.position = 0
+        self.subscribers: dict[tuple[str, str], set[Subscriber]] = {}
+        self.count = 0
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._ready = asyncio.Event()
+        self._shared: dict[tuple, asyncio.Future] = {}
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="pith-live-hub")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for subs in self.subscribers.values():
+            for sub in subs:
+                sub.dropped = sub.dropped or "the server is shutting down; resubscribe with `after`"
+                with contextlib.suppress(asyncio.QueueFull):
+                    sub.queue.put_nowait(None)
+
+    async def ready(self, timeout: float = 10.0) -> None:
+        """Wait until the hub listens (so that "from now on" has a position)."""
+        try:
+            await asyncio.wait_for(self._ready.wait(), timeout)
+        except (TimeoutError, asyncio.TimeoutError):
+            raise LiveError("live updates are unavailable: the change log cannot be reached; retry shortly") from None
+
+    async def shared(self, key: tuple, make: Any) -> Any:
+        """One resolution of a row for every subscriber that sends it in the same second (a thousand
+        subscribers of one paper cost one read, not a thousand)."""
+        future = self._shared.get(key)
+        if future is None:
+            if len(self._shared) > 10_000:
+                self._shared.clear()
+            future = self._shared[key] = asyncio.ensure_future(make())
+            future.add_done_callback(lambda f: f.exception() and self._shared.pop(key, None))
+            asyncio.get_running_loop().call_later(SHARE_SECONDS, self._shared.pop, key, None)
+        return await asyncio.shield(future)
+
+    def subscribe(self, kind: str, arxiv_id: str) -> Subscriber:
+        if self.count >= MAX_SUBSCRIBERS:
+            raise LiveError(f"this server process holds its limit of {MAX_SUBSCRIBERS} subscriptions; retry later "
+                            "or connect to another process")
+        sub = Subscriber(kind, arxiv_id)
+        self.subscribers.setdefault((kind, arxiv_id), set()).add(sub)
+        self.count += 1
+        return sub
+
+    def unsubscribe(self, sub: Subscriber) -> None:
+        subs = self.subscribers.get((sub.kind, sub.arxiv_id))
+        if subs is not None and sub in subs:
+            subs.discard(sub)
+            self.count -= 1
+            if not subs:
+                del self.subscribers[(sub.kind, sub.arxiv_id)]
+
+    def _notified(self, *_: Any) -> None:
+        self._wake.set()
+
+    async def _run(self) -> None:
+        delay = 0.2
+        first = True
+        while True:
+            conn: asyncpg.Connection | None = None
+            try:
+                conn = await asyncpg.connect(self.dsn, timeout=5,
+                                             server_settings={"application_name": "pith-graph live"})
+                lost = asyncio.Event()
+                conn.add_termination_listener(lambda *_: lost.set())
+                await conn.add_listener(CHANNEL, self._notified)
+                if first:  # "from now on" starts at the newest position when the process starts
+                    self.position = await conn.fetchval("SELECT coalesce(max(position), 0) FROM change_log")
+                    first = False
+                self._ready.set()
+                delay = 0.2
+                log.info("listening for changes after position %d", self.position)
+                while not lost.is_set():
+                    await self._catch_up(conn)
+                    self._wake.clear()
+                    waiters = [asyncio.ensure_future(self._wake.wait()), asyncio.ensure_future(lost.wait())]
+                    try:
+                        await asyncio.wait(waiters, timeout=POLL_SECONDS, return_when=asyncio.FIRST_COMPLETED)
+                    finally:
+                        for w in waiters:
+                            w.cancel()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - any failure: reconnect, then read from the last position
+                log.warning("change listener lost (%s); reconnecting in %.1f s", type(exc).__name__, delay)
+            finally:
+                if conn is not None:
+                    with contextlib.suppress(Exception):
+                        conn.terminate()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+    async def _catch_up(self, conn: asyncpg.Connection) -> None:
+        while True:
+            rows = await conn.fetch(ROWS, self.position)
+            for row in rows:
+                self._dispatch(row)
+                self.position = row["position"]
+            if len(rows) < 5000:
+                return
+
+    def _dispatch(self, row: asyncpg.Record) -> None:
+        for sub in list(self.subscribers.get((row["kind"], row["arxiv_id"]), ())):
+            if sub.dropped:
+                continue
+            try:
+                sub.queue.put_nowait(row)
+            except asyncio.QueueFull:
+                sub.dropped = (f"this subscriber fell {QUEUE_SIZE} events behind and was dropped; resubscribe "
+                               "with `after` set to the last cursor it received")
+                self.unsubscribe(sub)
+                with contextlib.suppress(asyncio.QueueEmpty):
+                    sub.queue.get_nowait()
+                sub.queue.put_nowait(None)
+
+
+async def replay(conn: asyncpg.Connection, kind: str, arxiv_id: str, after: int) -> list[asyncpg.Record]:
+    """The rows of one (kind, paper) after a position; refused when retention has removed some of them."""
+    pruned = await conn.fetchval("SELECT up_to FROM change_log_pruned")
+    if after < pruned:
+        raise LiveError("after: that cursor is older than the change log keeps (retention); refetch the current "
+                        "state with a query, then subscribe without `after`")
+    return await conn.fetch("SELECT * FROM change_log WHERE kind = $1 AND arxiv_id = $2 AND position > $3 "
+                            "ORDER BY position", kind, arxiv_id, after)

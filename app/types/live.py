@@ -1,0 +1,213 @@
+"""The Subscription root: citations arriving, standing changes of cited works, records changing.
+
+Each event is resolved as of the moment it is sent, in a database session of its own that is released
+once the event has gone out (a subscription holds no connection while it waits). `after` replays the
+change log after that cursor, then continues live; the seam is kept by position (no gap, no duplicate).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncGenerator
+from datetime import datetime, timedelta
+from typing import Annotated, Any
+
+import strawberry
+from graphql import GraphQLError
+from strawberry.types import Info
+
+from app import record
+from app.live import LiveError, decode_cursor, encode_cursor, replay
+from app.timeparse import BadInput, now_as_of, parse_arxiv_id
+from app.types.enums import WorkEventType
+from app.types.observation import CitationObservation
+from app.types.standing import WorkEvent
+
+ArxivIdArg = Annotated[str, strawberry.argument(description="arXiv id without version, e.g. 2402.15627.")]
+AfterArg = Annotated[str | None, strawberry.argument(description=(
+    "An event's cursor: replay every matching event after it, then continue live. Without it, only events "
+    "committed after the subscription starts are sent."))]
+
+
+class SubscriptionError(GraphQLError):
+    def __init__(self, message: str, code: str = "BAD_USER_INPUT") -> None:
+        super().__init__(message, extensions={"code": code})
+
+
+@strawberry.type(description="A new citing observation of the paper.")
+class CitationAddedEvent:
+    cursor: str = strawberry.field(description="Position in the change log; pass it as `after` to resume.")
+    observation: CitationObservation = strawberry.field(description="The observation, as of when the event is sent.")
+
+
+@strawberry.type(description="A new event (retraction, correction, ...) on a work this paper cites.")
+class StandingChangedEvent:
+    cursor: str = strawberry.field(description="Position in the change log; pass it as `after` to resume.")
+    observation: CitationObservation = strawberry.field(description=(
+        "The paper's first reference (in record order) to the work, as of when the event is sent."))
+    event: WorkEvent = strawberry.field(description="The event.")
+
+
+@strawberry.type(description="An import changed the paper's current record.")
+class RecordChangedEvent:
+    cursor: str = strawberry.field(description="Position in the change log; pass it as `after` to resume.")
+    arxiv_id: str = strawberry.field(description="The paper.")
+    context_digest: str = strawberry.field(description="The record's new context_digest (as the record JSON serves).")
+
+
+async def _document(context: Any, paper: str, at: datetime) -> dict[str, Any] | None:
+    from loaders.record import record_rows
+
+    session = context.app.session()
+    try:
+        (rows,) = await record_rows(session, [paper], at)
+    finally:
+        await session.close()
+    return record.build_record(rows) if rows is not None else None
+
+
+def content_digest(document: dict[str, Any]) -> str:
+    """The record's content, without what changes with the clock alone (as_of, and the dated thesis)."""
+    rest = {k: v for k, v in document.items() if k not in ("as_of", "thesis", "context_digest")}
+    return hashlib.sha256(record.canonical_bytes(rest)).hexdigest()
+
+
+def _paper(value: str) -> str:
+    try:
+        return parse_arxiv_id(value)
+    except BadInput as exc:
+        raise SubscriptionError(f"arxivId: {exc}") from None
+
+
+async def _changes(info: Info, kind: str, arxiv_id: str, after: str | None) -> AsyncGenerator[Any, None]:
+    """Change-log rows for (kind, paper): the replay after `after`, then live ones; each in a fresh session."""
+    context = info.context
+    hub = context.hub
+    if hub is None:
+        raise SubscriptionError("subscriptions are served over WebSocket or streaming HTTP at /graphql",
+                                "OPERATION_NOT_SUPPORTED")
+    try:
+        start = decode_cursor(after) if after is not None else None
+        await hub.ready()
+        sub = hub.subscribe(kind, arxiv_id)
+    except LiveError as exc:
+        raise SubscriptionError(str(exc)) from None
+    try:
+        last = hub.position  # only what is dispatched from here on, unless replaying
+        if start is not None:
+            async with context.app.pool.acquire(timeout=5) as conn:
+                try:
+                    rows = await replay(conn, kind, arxiv_id, start)
+                except LiveError as exc:
+                    raise SubscriptionError(str(exc), "CURSOR_EXPIRED") from None
+            last = start
+            for row in rows:
+                last = row["position"]
+                yield row
+        while True:
+            row = await sub.queue.get()
+            if row is None:
+                raise SubscriptionError(sub.dropped or "the subscription ended; resubscribe with `after`",
+                                        "SUBSCRIPTION_DROPPED")
+            if row["position"] <= last:  # already replayed
+                continue
+            last = row["position"]
+            yield row
+    finally:
+        hub.unsubscribe(sub)
+
+
+async def _observation(context: Any, row: Any) -> Any:
+    """The row's observation as of now, read once (in a session of its own) for all who send it now."""
+    from loaders.citations import observations_by_id
+
+    async def read() -> Any:
+        session = context.app.session()
+        try:
+            return (await observations_by_id(session, [row["observation_id"]], context.now))[0]
+        finally:
+            await session.close()
+
+    return await context.hub.shared(("observation", row["observation_id"], context.now), read)
+
+
+async def _in_session(info: Info, rows: AsyncGenerator[Any, None], build) -> AsyncGenerator[Any, None]:
+    """Resolve each row in a session of its own, released after the event has been sent."""
+    context = info.context
+    try:
+        async for row in rows:
+            context.renew(context.app.session())
+            try:
+                event = await build(row, context)
+                if event is not None:
+                    yield event
+            finally:
+                await context.session.close()
+    finally:
+        await rows.aclose()
+
+
+@strawberry.type(description="Live changes, pushed as they are committed (WebSocket, SSE or multipart HTTP).")
+class Subscription:
+    @strawberry.subscription(description="New citing observations of a paper, in import order.")
+    async def citation_added(self, info: Info, arxiv_id: ArxivIdArg,
+                             after: AfterArg = None) -> AsyncGenerator[CitationAddedEvent, None]:
+        async def build(row: Any, context: Any) -> CitationAddedEvent | None:
+            found = await _observation(context, row)
+            if found is None:  # not visible (yet): its citing paper has no snapshot
+                return None
+            return CitationAddedEvent(cursor=encode_cursor(row["position"]),
+                                      observation=CitationObservation.of(found, context.now))
+
+        async for event in _in_session(info, _changes(info, "citation_added", _paper(arxiv_id), after), build):
+            yield event
+
+    @strawberry.subscription(description=(
+        "New events (retraction, correction, expression of concern, withdrawal, reinstatement) on works this "
+        "paper cites."))
+    async def standing_changed(self, info: Info, arxiv_id: ArxivIdArg,
+                               after: AfterArg = None) -> AsyncGenerator[StandingChangedEvent, None]:
+        async def build(row: Any, context: Any) -> StandingChangedEvent | None:
+            found = await _observation(context, row)
+            if found is None:
+                return None
+            event = WorkEvent(event_type=WorkEventType(row["event_type"]), source=row["event_source"],
+                              observed_at=row["event_observed_at"], reported_at=row["event_reported_at"],
+                              notice_doi=row["event_notice_doi"])
+            return StandingChangedEvent(cursor=encode_cursor(row["position"]),
+                                        observation=CitationObservation.of(found, context.now), event=event)
+
+        async for event in _in_session(info, _changes(info, "standing_changed", _paper(arxiv_id), after), build):
+            yield event
+
+    @strawberry.subscription(description=(
+        "An import changed the paper's current record: its new contextDigest (the thesis date turning over is "
+        "no change)."))
+    async def record_changed(self, info: Info, arxiv_id: ArxivIdArg,
+                             after: AfterArg = None) -> AsyncGenerator[RecordChangedEvent, None]:
+        paper = _paper(arxiv_id)
+        seen: dict[str, str | None] = {"content": None}
+        if after is None:  # live only: compare with the record as the subscription starts
+            document = await _document(info.context, paper, now_as_of())
+            seen["content"] = content_digest(document) if document is not None else None
+
+        async def build(row: Any, context: Any) -> RecordChangedEvent | None:
+            # A replayed change is shown as of its commit (whole seconds, rounded up); a live one as of now.
+            committed: datetime = row["committed_at"]
+            at = min(context.now, (committed + timedelta(seconds=1)).replace(microsecond=0)) \
+                if committed < context.now - timedelta(seconds=1) else context.now
+            document = await context.hub.shared(("record", paper, at), lambda: _document(context, paper, at))
+            if document is None:
+                return None
+            content = content_digest(document)
+            if content == seen["content"]:
+                return None
+            seen["content"] = content
+            return RecordChangedEvent(cursor=encode_cursor(row["position"]), arxiv_id=paper,
+                                      context_digest=document["context_digest"])
+
+        async for event in _in_session(info, _changes(info, "record_changed", paper, after), build):
+            yield event
+
+
+__all__ = ["Subscription", "now_as_of"]

@@ -1,0 +1,324 @@
+"""Live subscriptions through real transports: graphql-transport-ws over WebSocket, and SSE over HTTP.
+
+The imports that make the events are real `pith-graph load` runs in other processes. Documents that
+add one citation, or a retraction, are made by the record builder itself: facts are added to a
+scratch database and the citing paper's record is exported from it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+
+import asyncpg
+import httpx
+import pytest
+import pytest_asyncio
+import websockets
+
+from app.ingest.store import load_file
+from tests.conftest import AUG9, AUG9_AS_OF, SEED, LiveServer, aug9_documents, create_database, drop_database
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+PAPER = "2402.15627"
+CITING = "2409.19256"  # a paper that cites PAPER in the 9 August data
+LATER = "2026-08-20T00:00:00Z"
+
+
+def pith_graph(*args: str, url: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "app.cli", *args], env={**os.environ, "DATABASE_URL": url},
+                          capture_output=True, timeout=120)
+
+
+async def load_in_another_process(url: str, path: Path) -> tuple[float, float]:
+    started = time.monotonic()
+    done = await asyncio.to_thread(pith_graph, "load", str(path), url=url)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    return started, time.monotonic()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def later_documents(admin_url, tmp_path_factory):
+    """Two documents of CITING as of 20 August, built by exporting from a scratch database:
+    one adds a new reference to PAPER, the other also records a retraction of a work CITING cites."""
+    folder = tmp_path_factory.mktemp("later")
+    scratch = await create_database(admin_url, "pith_test_scratch")
+    conn = await asyncpg.connect(scratch)
+    try:
+        await load_file(conn, str(AUG9))
+        at = datetime(2026, 8, 19, 12, tzinfo=timezone.utc)
+        work = await conn.fetchval("SELECT work_id FROM citation_observations WHERE citing_arxiv_id = $1 AND "
+                                   "cited_arxiv_id = $2", CITING, PAPER)
+        await conn.execute("INSERT INTO citation_observations (observation_id, citing_arxiv_id, reference_index, source,"
+                           " source_observed_at, cited_arxiv_id, work_id, printed_title, printed_year) VALUES"
+                           " ($1, $2, 977, 'pdf_text', $3, $4, $5, NULL, NULL)", uuid.uuid4(), CITING, at, PAPER, work)
+        citation = folder / "citation.json"
+        out = pith_graph("export", CITING, "--as-of", LATER, url=scratch)
+        assert out.returncode == 0, out.stderr.decode()
+        citation.write_bytes(out.stdout)
+        cited_work = await conn.fetchval(
+            "SELECT o.work_id FROM citation_observations o JOIN work_snapshots w USING (work_id) "
+            "JOIN standing_receipts r USING (work_id) WHERE o.citing_arxiv_id = $1 ORDER BY o.reference_index LIMIT 1",
+            CITING)
+        assert cited_work is not None
+        await conn.execute("INSERT INTO work_events VALUES ($1, 'retraction_watch', 'retraction', $2, $2, "
+                           "'10.1000/retraction.1')", cited_work, at)
+        retraction = folder / "retraction.json"
+        out = pith_graph("export", CITING, "--as-of", LATER, url=scratch)
+        assert out.returncode == 0, out.stderr.decode()
+        retraction.write_bytes(out.stdout)
+    finally:
+        await conn.close()
+        await drop_database(admin_url, scratch)
+    return citation, retraction
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def fifth_of_august(empty_database):
+    """A database holding the 5 August record, and a server on it."""
+    conn = await asyncpg.connect(empty_database)
+    try:
+        await load_file(conn, str(SEED))
+    finally:
+        await conn.close()
+    server = LiveServer(empty_database)
+    yield empty_database, server
+    server.stop()
+
+
+class Subscription:
+    """One graphql-transport-ws subscription on its own WebSocket, collecting (time, payload)."""
+
+    def __init__(self, base: str, query: str, variables: dict) -> None:
+        self.url = base.replace("http://", "ws://") + "/graphql"
+        self.query, self.variables = query, variables
+        self.events: list[tuple[float, dict]] = []
+        self.errors: list = []
+        self.closed = asyncio.Event()
+
+    async def start(self) -> "Subscription":
+        self.ws = await websockets.connect(self.url, subprotocols=["graphql-transport-ws"])
+        await self.ws.send(json.dumps({"type": "connection_init"}))
+        assert json.loads(await self.ws.recv())["type"] == "connection_ack"
+        await self.ws.send(json.dumps({"id": "1", "type": "subscribe",
+                                       "payload": {"query": self.query, "variables": self.variables}}))
+        self.task = asyncio.create_task(self._read())
+        await asyncio.sleep(0.3)  # the server registers the subscription before anything is loaded
+        return self
+
+    async def _read(self) -> None:
+        try:
+            async for raw in self.ws:
+                message = json.loads(raw)
+                if message["type"] == "next":
+                    if message["payload"].get("errors"):
+                        self.errors.append(message["payload"]["errors"])
+                    else:
+                        self.events.append((time.monotonic(), message["payload"]["data"]))
+                elif message["type"] == "error":
+                    self.errors.append(message["payload"])
+                elif message["type"] == "complete":
+                    break
+        except websockets.ConnectionClosed:
+            pass
+        finally:
+            self.closed.set()
+
+    async def wait_for(self, n: int, timeout: float = 10) -> None:
+        deadline = time.monotonic() + timeout
+        while len(self.events) < n and time.monotonic() < deadline and not self.errors:
+            await asyncio.sleep(0.02)
+
+    async def close(self) -> None:
+        await self.ws.close()
+        await self.closed.wait()
+
+
+CITATIONS = """subscription($id: String!, $after: String) { citationAdded(arxivId: $id, after: $after) {
+  cursor observation { observationId referenceIndex citingPaper { arxivId } } } }"""
+
+
+def new_inbound_ids() -> set[str]:
+    seed = json.loads(SEED.read_text())
+    aug9 = aug9_documents()[0]
+    return {o["observation_id"] for o in aug9["inbound"]} - {o["observation_id"] for o in seed["inbound"]}
+
+
+async def test_citations_arrive_live_and_resume_after_a_cursor(fifth_of_august, later_documents):
+    url, server = fifth_of_august
+    first = await Subscription(server.base, CITATIONS, {"id": PAPER}).start()
+    started, committed = await load_in_another_process(url, AUG9)
+    await first.wait_for(6)
+    await asyncio.sleep(0.5)  # nothing more may come
+    assert not first.errors, first.errors
+    got = [e["citationAdded"]["observation"]["observationId"] for _, e in first.events]
+    assert len(got) == 6 and set(got) == new_inbound_ids()
+    assert all(started <= t <= committed + 1.0 for t, _ in first.events), [t - committed for t, _ in first.events]
+
+    cursors = [e["citationAdded"]["cursor"] for _, e in first.events]
+    resumed = await Subscription(server.base, CITATIONS, {"id": PAPER, "after": cursors[1]}).start()
+    await resumed.wait_for(4)
+    assert [e["citationAdded"]["cursor"] for _, e in resumed.events] == cursors[2:]
+    # ... and then continues live: one more citation, to both subscribers, once each.
+    citation, _ = later_documents
+    await load_in_another_process(url, citation)
+    await resumed.wait_for(5)
+    await first.wait_for(7)
+    await asyncio.sleep(0.5)
+    assert len(resumed.events) == 5 and len(first.events) == 7
+    assert resumed.events[-1][1] == first.events[-1][1]
+    assert resumed.events[-1][1]["citationAdded"]["observation"]["referenceIndex"] == 977
+    await first.close()
+    await resumed.close()
+    ready = httpx.get(server.base + "/readyz").json()
+    assert ready["live"]["subscribers"] == 0
+
+
+async def test_the_same_over_server_sent_events(fifth_of_august):
+    url, server = fifth_of_august
+    events: list[dict] = []
+
+    async def listen() -> None:
+        async with httpx.AsyncClient(timeout=30) as client:
+            async with client.stream("POST", server.base + "/graphql", json={"query": CITATIONS,
+                                                                              "variables": {"id": PAPER}},
+                                     headers={"accept": "text/event-stream"}) as response:
+                assert response.status_code == 200
+                assert response.headers["content-type"].startswith("text/event-stream")
+                async for line in response.aiter_lines():
+                    if line.startswith("data:") and line[5:].strip() and line[5:].strip() != "{}":
+                        data = json.loads(line[5:])
+                        if "data" in data:
+                            events.append(data["data"])
+                            if len(events) == 6:
+                                return
+
+    task = asyncio.create_task(listen())
+    await asyncio.sleep(0.5)
+    await load_in_another_process(url, AUG9)
+    await asyncio.wait_for(task, 15)
+    assert {e["citationAdded"]["observation"]["observationId"] for e in events} == new_inbound_ids()
+
+
+async def test_a_retraction_and_the_record_change_reach_their_subscribers(fifth_of_august, later_documents):
+    url, server = fifth_of_august
+    await load_in_another_process(url, AUG9)
+    standing = await Subscription(server.base, """subscription($id: String!) { standingChanged(arxivId: $id) {
+      cursor observation { citingPaper { arxivId } citedWork { title } } event { eventType source noticeDoi } } }""",
+                                  {"id": CITING}).start()
+    changed = await Subscription(server.base, """subscription($id: String!) { recordChanged(arxivId: $id) {
+      cursor arxivId contextDigest } }""", {"id": CITING}).start()
+    _, retraction = later_documents
+    await load_in_another_process(url, retraction)
+    await standing.wait_for(1)
+    await changed.wait_for(1)
+    assert not standing.errors and not changed.errors, (standing.errors, changed.errors)
+    event = standing.events[0][1]["standingChanged"]
+    assert event["event"] == {"eventType": "RETRACTION", "source": "retraction_watch",
+                              "noticeDoi": "10.1000/retraction.1"}
+    assert event["observation"]["citingPaper"]["arxivId"] == CITING
+    digest = changed.events[0][1]["recordChanged"]["contextDigest"]
+    served = httpx.get(server.base + f"/paper/{CITING}/citation-record.json").json()
+    assert digest == served["context_digest"]
+    await standing.close()
+    await changed.close()
+
+
+async def test_bad_arguments_and_expired_cursors_are_clear_errors(fifth_of_august):
+    _, server = fifth_of_august
+    for variables, words in [({"id": "nonsense"}, "arXiv id"), ({"id": PAPER, "after": "zzz"}, "cursor")]:
+        sub = await Subscription(server.base, CITATIONS, variables).start()
+        await asyncio.wait_for(sub.closed.wait(), 5)
+        assert sub.errors and words in json.dumps(sub.errors), sub.errors
+
+
+async def test_no_event_is_lost_when_postgresql_restarts_under_a_subscription():
+    from app.db.migrate import migrate
+    from tests.pgcontrol import StoppablePostgres
+
+    pg = StoppablePostgres()
+    server = None
+    try:
+        conn = await asyncpg.connect(pg.url)
+        try:
+            await migrate(conn)
+            await load_file(conn, str(SEED))
+        finally:
+            await conn.close()
+        server = LiveServer(pg.url, expect_5xx=True)  # requests while the database is down are 503s
+        sub = await Subscription(server.base, CITATIONS, {"id": PAPER}).start()
+        await asyncio.to_thread(pg.stop)
+        await asyncio.sleep(1.0)
+        await asyncio.to_thread(pg.start)
+        # An import lands right after the restart, perhaps before the server's listener is back.
+        await load_in_another_process(pg.url, AUG9)
+        await sub.wait_for(6, timeout=20)
+        await asyncio.sleep(0.5)
+        assert not sub.errors, sub.errors
+        got = [e["citationAdded"]["observation"]["observationId"] for _, e in sub.events]
+        assert len(got) == 6 and set(got) == new_inbound_ids(), got  # none lost, none twice
+        await sub.close()
+    finally:
+        if server is not None:
+            server.stop()
+        pg.close()
+
+
+LOAD_SUBSCRIBERS = int(os.environ.get("PITH_LIVE_SUBSCRIBERS", "1000"))
+
+
+async def test_a_thousand_subscribers_hear_within_two_seconds_and_leave_nothing_behind(fifth_of_august,
+                                                                                      later_documents):
+    """Two rounds of 1,000 subscribers (bounded in time, loopback only). Figures: tests/artifacts/live.json."""
+    import psutil
+
+    from tests.conftest import ROOT
+
+    url, server = fifth_of_august
+    process = psutil.Process(server.process.pid)
+    await asyncio.sleep(0.5)
+    figures: dict = {"subscribers": LOAD_SUBSCRIBERS, "rss_start_mb": process.memory_info().rss / 2**20, "rounds": []}
+    for number, (document, expected) in enumerate([(AUG9, 6), (later_documents[0], 1)], start=1):
+        rss_before = process.memory_info().rss
+        subs: list[Subscription] = []
+        for start in range(0, LOAD_SUBSCRIBERS, 100):
+            subs += await asyncio.gather(*[Subscription(server.base, CITATIONS, {"id": PAPER}).start()
+                                           for _ in range(min(100, LOAD_SUBSCRIBERS - start))])
+        await asyncio.sleep(1.0)
+        rss_idle = process.memory_info().rss
+        assert httpx.get(server.base + "/readyz").json()["live"]["subscribers"] == LOAD_SUBSCRIBERS
+        started, committed = await load_in_another_process(url, document)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(len(s.events) < expected for s in subs):
+            await asyncio.sleep(0.05)
+        assert all(len(s.events) == expected for s in subs), sorted(len(s.events) for s in subs)[:10]
+        latencies = sorted(max(0.0, t - committed) for s in subs for t, _ in s.events)
+        rss_delivered = process.memory_info().rss
+        for s in subs:
+            await s.ws.close()
+        await asyncio.sleep(2.0)
+        ready = httpx.get(server.base + "/readyz").json()
+        figures["rounds"].append({
+            "events_each": expected, "p50_s_after_commit": latencies[len(latencies) // 2],
+            "p99_s_after_commit": latencies[int(0.99 * (len(latencies) - 1))],
+            "kb_per_idle_subscriber": (rss_idle - rss_before) / LOAD_SUBSCRIBERS / 1024,
+            "rss_before_mb": rss_before / 2**20, "rss_delivered_mb": rss_delivered / 2**20,
+            "rss_after_disconnect_mb": process.memory_info().rss / 2**20,
+            "subscribers_after": ready["live"]["subscribers"]})
+    (ROOT / "tests" / "artifacts").mkdir(parents=True, exist_ok=True)
+    (ROOT / "tests" / "artifacts" / "live.json").write_text(json.dumps(figures, indent=2) + "\n")
+    first, second = figures["rounds"]
+    for r in figures["rounds"]:
+        assert r["p99_s_after_commit"] < 2.0, figures
+        assert r["subscribers_after"] == 0, figures
+        assert r["rss_after_disconnect_mb"] <= r["rss_delivered_mb"] * 1.05, figures  # nothing grows once they go
+    # A second thousand subscribers reuse what the first left: no growth from round to round.
+    assert second["rss_after_disconnect_mb"] <= first["rss_after_disconnect_mb"] * 1.10, figures
