@@ -322,3 +322,94 @@ async def test_a_thousand_subscribers_hear_within_two_seconds_and_leave_nothing_
         assert r["rss_after_disconnect_mb"] <= r["rss_delivered_mb"] * 1.05, figures  # nothing grows once they go
     # A second thousand subscribers reuse what the first left: no growth from round to round.
     assert second["rss_after_disconnect_mb"] <= first["rss_after_disconnect_mb"] * 1.10, figures
+
+
+async def test_multipart_http_subscriptions(fifth_of_august):
+    url, server = fifth_of_august
+    received: list[dict] = []
+
+    async def listen() -> None:
+        async with httpx.AsyncClient(timeout=30) as client:
+            async with client.stream("POST", server.base + "/graphql", json={"query": CITATIONS,
+                                                                              "variables": {"id": PAPER}},
+                                     headers={"accept": 'multipart/mixed;subscriptionSpec="1.0",application/json'}
+                                     ) as response:
+                assert response.status_code == 200 and response.headers["content-type"].startswith("multipart/mixed")
+                buffer = ""
+                async for chunk in response.aiter_text():
+                    buffer += chunk
+                    for part in buffer.split("\r\n\r\n")[1:]:
+                        body = part.split("\r\n--")[0].strip()
+                        if body.startswith("{") and '"citationAdded"' in body:
+                            payload = json.loads(body)
+                            received.append(payload)
+                    if buffer.count('"citationAdded"') >= 6:
+                        return
+
+    task = asyncio.create_task(listen())
+    await asyncio.sleep(0.5)
+    await load_in_another_process(url, AUG9)
+    await asyncio.wait_for(task, 15)
+    assert len({json.dumps(p, sort_keys=True) for p in received}) >= 6
+
+
+async def test_every_worker_process_listens(empty_database):
+    conn = await asyncpg.connect(empty_database)
+    try:
+        await load_file(conn, str(SEED))
+        server = LiveServer(empty_database, env={"PITH_WORKERS": "2"})
+        try:
+            subs = [await Subscription(server.base, CITATIONS, {"id": PAPER}).start() for _ in range(6)]
+            name = empty_database.split("?")[0].rsplit("/", 1)[1]
+            listening = await conn.fetchval("SELECT count(*) FROM pg_stat_activity WHERE application_name = "
+                                            "'pith-graph live' AND datname = $1", name)
+            assert listening == 2  # one listening connection per process, not per subscriber
+            await load_in_another_process(empty_database, AUG9)
+            for sub in subs:
+                await sub.wait_for(6)
+            assert [len(s.events) for s in subs] == [6] * 6
+            for sub in subs:
+                await sub.close()
+        finally:
+            server.stop()
+    finally:
+        await conn.close()
+
+
+async def test_the_retraction_watcher_example(fifth_of_august, later_documents):
+    from tests.conftest import ROOT
+
+    url, server = fifth_of_august
+    await load_in_another_process(url, AUG9)
+    watcher = await asyncio.create_subprocess_exec(
+        sys.executable, str(ROOT / "examples" / "watch_retractions.py"), CITING, "--url",
+        server.base.replace("http://", "ws://") + "/graphql", stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE)
+    try:
+        await asyncio.sleep(1.5)
+        await load_in_another_process(url, later_documents[1])
+        line = (await asyncio.wait_for(watcher.stdout.readline(), 15)).decode()
+        assert line.startswith("retraction of reference") or line.startswith("RETRACTION of reference"), line
+        assert "retraction_watch" in line and "cursor" in line
+    finally:
+        watcher.kill()
+        await watcher.wait()
+
+
+async def test_subscriptions_per_connection_are_limited(fifth_of_august):
+    from app.main import MAX_SUBSCRIPTIONS_PER_CONNECTION
+
+    _, server = fifth_of_august
+    async with websockets.connect(server.base.replace("http://", "ws://") + "/graphql",
+                                  subprotocols=["graphql-transport-ws"]) as ws:
+        await ws.send(json.dumps({"type": "connection_init"}))
+        await ws.recv()
+        for i in range(MAX_SUBSCRIPTIONS_PER_CONNECTION + 1):
+            await ws.send(json.dumps({"id": str(i), "type": "subscribe",
+                                      "payload": {"query": CITATIONS, "variables": {"id": PAPER}}}))
+        try:
+            message = await asyncio.wait_for(ws.recv(), 5)
+            refusal = json.loads(message)
+            assert refusal["type"] == "error" and refusal["id"] == str(MAX_SUBSCRIPTIONS_PER_CONNECTION), refusal
+        except websockets.ConnectionClosed as closed:
+            assert closed.rcvd is not None and closed.rcvd.code == 4400 and "subscriptions" in closed.rcvd.reason.lower()

@@ -15,7 +15,7 @@ import pytest
 import pytest_asyncio
 
 from app.settings import Settings
-from tests.conftest import AUG9, SEED, StatementLog, create_database, drop_database, free_port, serve, with_database
+from tests.conftest import ROOT, AUG9, SEED, StatementLog, create_database, drop_database, free_port, serve, with_database
 
 PRIMARY = os.environ.get("PITH_TEST_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 BIN = next(iter(sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)), None)
@@ -98,7 +98,8 @@ async def test_reads_come_from_the_replica_and_loads_reach_it(replica):
     replica_db = with_database(replica, name)
     try:
         # The new database and its migrations stream over.
-        await wait_for(replica_db, "SELECT count(*) FROM schema_migrations", 3)
+        migrations = len(list((ROOT / "app" / "db" / "migrations").glob("*.sql")))
+        await wait_for(replica_db, "SELECT count(*) FROM schema_migrations", migrations)
         assert await wait_for(replica_db, "SELECT pg_is_in_recovery()", True)
         sent: dict[str, list[str]] = {"primary": [], "replica": []}
 
@@ -123,6 +124,20 @@ async def test_reads_come_from_the_replica_and_loads_reach_it(replica):
             finally:
                 await conn.close()
             await wait_for(replica_db, "SELECT count(*) FROM citation_observations", 13)
+
+            # Live changes are read from the primary: the hub listens there, and has read the loads' rows.
+            hub = s.app.state.pith.hub
+            deadline = time.monotonic() + 10
+            while hub.position == 0 and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            assert hub.position > 0
+            listening = "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pith-graph live' AND datname = $1"
+            for url, expected in ((PRIMARY, 1), (replica, 0)):
+                admin = await asyncpg.connect(url)
+                try:
+                    assert await admin.fetchval(listening, name) == expected, url
+                finally:
+                    await admin.close()
 
             sent["primary"].clear()
             sent["replica"].clear()
