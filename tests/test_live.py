@@ -413,3 +413,20 @@ async def test_subscriptions_per_connection_are_limited(fifth_of_august):
             assert refusal["type"] == "error" and refusal["id"] == str(MAX_SUBSCRIPTIONS_PER_CONNECTION), refusal
         except websockets.ConnectionClosed as closed:
             assert closed.rcvd is not None and closed.rcvd.code == 4400 and "subscriptions" in closed.rcvd.reason.lower()
+
+
+async def test_a_cursor_older_than_retention_is_told_to_refetch(fifth_of_august):
+    url, server = fifth_of_august
+    first = await Subscription(server.base, CITATIONS, {"id": PAPER}).start()
+    await load_in_another_process(url, AUG9)
+    await first.wait_for(6)
+    early = first.events[0][1]["citationAdded"]["cursor"]
+    await first.close()
+    conn = await asyncpg.connect(url)
+    try:  # as the retention pruning of a later import would record it
+        await conn.execute("UPDATE change_log_pruned SET up_to = (SELECT max(position) FROM change_log)")
+    finally:
+        await conn.close()
+    late = await Subscription(server.base, CITATIONS, {"id": PAPER, "after": early}).start()
+    await asyncio.wait_for(late.closed.wait(), 5)
+    assert "CURSOR_EXPIRED" in json.dumps(late.errors) and "refetch" in json.dumps(late.errors), late.errors
