@@ -18,6 +18,7 @@ from app.cost import MAX_NEIGHBOURHOOD_PAPERS, RequestPipeline
 from app.errors import UserInputError
 from app.timeparse import BadInput, parse_arxiv_id, parse_search_words
 from app.types.enums import Direction
+from app.types.diff import RecordChange, RecordDiff
 from app.types.node import Node, parse_global_id
 from app.types.observation import CitationObservation, PageInfo
 from app.types.work import Work
@@ -199,6 +200,35 @@ class Query:
     async def citation_record(self, info: Info, arxiv_id: ArxivIdArg, as_of: AsOfArg = None) -> CitationRecord | None:
         at = info.context.instant(as_of)
         return CitationRecord.of(await info.context.loaders(at).record.load(_arxiv_id(arxiv_id)))
+
+    @strawberry.field(description=(
+        "What changed in a paper's v1 record between two instants: a JSON Patch and the typed changes behind it. "
+        "Null when the paper has no snapshot at `to`."))
+    async def record_diff(
+        self, info: Info, arxiv_id: ArxivIdArg,
+        from_: Annotated[datetime, strawberry.argument(name="from", description="The earlier instant.")],
+        to: Annotated[datetime, strawberry.argument(description="The later instant (not before `from`).")],
+    ) -> RecordDiff | None:
+        from app import record
+        from app.jsonpatch import diff
+        from loaders.changes import record_changes
+
+        if to < from_:
+            raise UserInputError(f"to: {record.as_of_text(to)} is before from ({record.as_of_text(from_)}); give "
+                                 "to >= from", argument="to")
+        paper = _arxiv_id(arxiv_id)
+        context = info.context
+        before, after = await asyncio.gather(context.loaders(from_).record.load(paper),
+                                             context.loaders(to).record.load(paper))
+        if after is None:
+            return None
+        new = record.build_record(after)
+        old = record.build_record(before) if before is not None else None
+        patch = [{"op": "add", "path": "", "value": new}] if old is None else diff(old, new)
+        changes = await record_changes(context.session, paper, from_, to)
+        return RecordDiff(from_=from_, to=to, from_context_digest=old["context_digest"] if old else None,
+                          to_context_digest=new["context_digest"], patch=patch,
+                          changes=[RecordChange.of(c, to) for c in changes])
 
     @strawberry.field(description=(
         "Papers within `depth` hops (1 to 3), following at most `perPaper` edges (1 to 100) of each paper in the "

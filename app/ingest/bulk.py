@@ -10,7 +10,7 @@ from typing import IO, AsyncIterator
 
 import asyncpg
 
-from app.ingest.store import Loader
+from app.ingest.store import TABLES, Loader
 from app.ingest.synth import generate
 
 # Secondary indexes that are cheaper to build once after a bulk load into empty tables than to
@@ -33,7 +33,7 @@ class BulkResult:
 
 
 @contextlib.asynccontextmanager
-async def deferred_indexes(conn: asyncpg.Connection, timings: dict[str, float]) -> AsyncIterator[None]:
+async def deferred_indexes(conn: asyncpg.Connection, timings: dict[str, float]) -> AsyncIterator[bool]:
     """Drop the secondary indexes while the body runs, if the tables are empty; build them after."""
     empty = not await conn.fetchval("SELECT EXISTS (SELECT 1 FROM citation_observations)")
     definitions = []
@@ -43,7 +43,7 @@ async def deferred_indexes(conn: asyncpg.Connection, timings: dict[str, float]) 
             list(DEFERRED_INDEXES))]
         for name in DEFERRED_INDEXES:
             await conn.execute(f"DROP INDEX IF EXISTS {name}")
-    yield
+    yield empty
     started = time.monotonic()
     for definition in definitions:
         await conn.execute(definition)
@@ -96,7 +96,9 @@ async def write_synthetic(conn: asyncpg.Connection, papers: int, seed: int,
             observations += len(batch.observations)
             done = min(papers, done + 2000)
             bar.update(done, rows)
-        async with deferred_indexes(conn, timings):
+        async with deferred_indexes(conn, timings) as empty:
+            loader.all_new = empty and not await conn.fetchval(
+                "SELECT " + " OR ".join(f"EXISTS (SELECT 1 FROM {t.name})" for t in TABLES))
             t0 = time.monotonic()
             await loader.finish()
             timings["merge"] = time.monotonic() - t0

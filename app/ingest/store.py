@@ -118,6 +118,9 @@ class Loader:
         self.check_conflicts = check_conflicts
         self.pending = Facts()
         self.origins: dict[tuple[str, tuple], str] = {}
+        # Set by the bulk path when the fact tables were empty: every staged row is then new, and the
+        # change log is made from the stage itself instead of copies of what each insert added.
+        self.all_new = False
 
     async def start(self) -> None:
         for t in TABLES:
@@ -161,8 +164,10 @@ class Loader:
         added = 0
         for t in TABLES:
             # Insert first, then compare: a concurrent load's committed rows are then seen too.
-            status = await self.conn.execute(f"WITH added AS ({_insert_sql(t, unique=not self.check_conflicts)} "
-                                             f"RETURNING *) INSERT INTO new_{t.name} SELECT * FROM added")
+            insert = _insert_sql(t, unique=not self.check_conflicts)
+            if not self.all_new:
+                insert = f"WITH added AS ({insert} RETURNING *) INSERT INTO new_{t.name} SELECT * FROM added"
+            status = await self.conn.execute(insert)
             added += int(status.split()[-1])
             if not t.values or not self.check_conflicts:
                 continue
@@ -174,7 +179,7 @@ class Loader:
             # Validators of cached GraphQL answers change with the data, and live subscribers are told
             # (both taken last: the row and the lock are held only until this transaction commits).
             await self.conn.execute("UPDATE data_version SET version = version + 1")
-            await append_changes(self.conn)
+            await append_changes(self.conn, "stage_" if self.all_new else "new_")
         return added
 
 
@@ -201,10 +206,14 @@ UNION SELECT arxiv_id FROM new_external_measurements
 """
 
 
-async def append_changes(conn: asyncpg.Connection) -> None:
-    """Append this import's changes to the change log, set-based, and announce the newest position."""
+async def append_changes(conn: asyncpg.Connection, added: str = "new_") -> None:
+    """Append this import's changes to the change log, set-based, and announce the newest position.
+
+    `added` names the tables holding what the import added: new_* (copies of what each insert added),
+    or stage_* when every staged row is known to be new (a bulk load into empty tables).
+    """
     await conn.execute("SELECT pg_advisory_xact_lock($1)", CHANGE_LOG_LOCK)
-    await conn.execute(f"""
+    statements = f"""
 INSERT INTO change_log (kind, arxiv_id, observation_id, committed_at)
 SELECT 'citation_added', cited_arxiv_id, observation_id, clock_timestamp()
 FROM (SELECT * FROM new_citation_observations WHERE cited_arxiv_id IS NOT NULL
@@ -228,7 +237,8 @@ UPDATE change_log_pruned SET up_to = greatest(up_to, (SELECT max(position) FROM 
 WHERE EXISTS (SELECT 1 FROM gone);
 
 SELECT pg_notify('pith_changes', coalesce((SELECT max(position) FROM change_log), 0)::text);
-""")
+"""
+    await conn.execute(statements if added == "new_" else statements.replace("new_", added))
 
 
 def _describe_conflict(t: Table, row: Any) -> str:
