@@ -23,26 +23,8 @@ JOIN LATERAL (
 ) AS s ON true
 """
 
-# Ranked title search over each paper's latest snapshot at the instant (older titles do not match).
-SEARCH_PAPERS: Final = f"""
-SELECT s.{PAPER_COLUMNS.replace(', ', ', s.')},
-       ts_rank(to_tsvector('english', s.title), q.query) AS rank
-FROM websearch_to_tsquery('english', $1) AS q(query)
-JOIN paper_snapshots AS s
-  ON to_tsvector('english', s.title) @@ q.query
-WHERE s.observed_at <= $2
-  AND NOT EXISTS (
-      SELECT 1
-      FROM paper_snapshots AS newer
-      WHERE newer.arxiv_id = s.arxiv_id
-        AND newer.observed_at > s.observed_at
-        AND newer.observed_at <= $2
-  )
-ORDER BY rank DESC, s.arxiv_id
-LIMIT $3
-"""
-
-# The same, as keyset pages: after the (rank, arxiv id) of the previous page's last row.
+# Ranked title search over each paper's latest snapshot at the instant (older titles do not match), as
+# keyset pages: after the (rank, arxiv id) of the previous page's last row.
 SEARCH_PAPERS_PAGE: Final = f"""
 SELECT * FROM (
     SELECT s.{PAPER_COLUMNS.replace(', ', ', s.')},
@@ -87,8 +69,8 @@ async def paper_snapshots(db: Db, arxiv_ids: Sequence[str], as_of: datetime) -> 
 
 
 async def search_papers(db: Db, query: str, as_of: datetime, limit: int) -> list[PaperSnapshot]:
-    rows = await db.fetch(SEARCH_PAPERS, query, as_of, limit)
-    return [p for p in (paper_from(r) for r in rows) if p is not None]
+    """The best `limit` matches (the first page)."""
+    return [p for p, _ in await search_page(db, query, as_of, limit, None)]
 
 
 async def search_page(db: Db, query: str, as_of: datetime, limit: int,

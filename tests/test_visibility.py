@@ -81,5 +81,15 @@ async def test_the_bulk_path_keeps_visible_from_right(empty_database):
     try:
         assert await conn.fetchval("SELECT count(*) FROM citation_observations") > 1000
         assert await conn.fetchval(WRONG) == 0
+        # The bulk path's change log (built from the stage, every row being new) says what a load would.
+        logged = dict(await conn.fetch("SELECT kind, count(*) FROM change_log GROUP BY kind"))
+        assert logged["citation_added"] == await conn.fetchval(
+            "SELECT count(*) FROM citation_observations WHERE cited_arxiv_id IS NOT NULL")
+        assert logged.get("standing_changed", 0) == await conn.fetchval(
+            "SELECT count(*) FROM (SELECT DISTINCT e.work_id, e.source, e.event_type, e.observed_at, c.citing_arxiv_id "
+            "FROM work_events e JOIN citation_observations c USING (work_id)) AS pairs")
+        assert logged["record_changed"] == await conn.fetchval(
+            "SELECT count(*) FROM (SELECT arxiv_id FROM paper_snapshots UNION SELECT cited_arxiv_id FROM "
+            "citation_observations WHERE cited_arxiv_id IS NOT NULL UNION SELECT arxiv_id FROM external_measurements) a")
     finally:
         await conn.close()

@@ -206,6 +206,13 @@ UNION SELECT arxiv_id FROM new_external_measurements
 """
 
 
+_ALL_PAPERS_STAGED = """
+SELECT arxiv_id FROM new_paper_snapshots
+UNION SELECT cited_arxiv_id FROM new_citation_observations WHERE cited_arxiv_id IS NOT NULL
+UNION SELECT arxiv_id FROM new_external_measurements
+"""
+
+
 async def append_changes(conn: asyncpg.Connection, added: str = "new_") -> None:
     """Append this import's changes to the change log, set-based, and announce the newest position.
 
@@ -221,15 +228,19 @@ FROM (SELECT * FROM new_citation_observations WHERE cited_arxiv_id IS NOT NULL
 
 INSERT INTO change_log (kind, arxiv_id, observation_id, work_id, event_source, event_type, event_observed_at,
                         event_reported_at, event_notice_doi, committed_at)
-SELECT 'standing_changed', o.citing_arxiv_id, o.observation_id, e.work_id, e.source, e.event_type, e.observed_at,
-       e.reported_at, e.notice_doi, clock_timestamp()
-FROM (SELECT * FROM new_work_events ORDER BY observed_at, work_id, source, event_type) AS e
-JOIN LATERAL (SELECT DISTINCT ON (c.citing_arxiv_id) c.citing_arxiv_id, c.observation_id
-              FROM citation_observations AS c WHERE c.work_id = e.work_id
-              ORDER BY c.citing_arxiv_id, c.reference_index, c.observation_id) AS o ON true;
+SELECT 'standing_changed', x.citing_arxiv_id, x.observation_id, x.work_id, x.source, x.event_type, x.observed_at,
+       x.reported_at, x.notice_doi, clock_timestamp()
+FROM (  -- one row per (event, citing paper), on that paper's first reference to the work (a join, not a loop)
+    SELECT DISTINCT ON (e.work_id, e.source, e.event_type, e.observed_at, c.citing_arxiv_id)
+           c.citing_arxiv_id, c.observation_id, e.work_id, e.source, e.event_type, e.observed_at, e.reported_at,
+           e.notice_doi
+    FROM new_work_events AS e JOIN citation_observations AS c ON c.work_id = e.work_id
+    ORDER BY e.work_id, e.source, e.event_type, e.observed_at, c.citing_arxiv_id, c.reference_index, c.observation_id
+) AS x
+ORDER BY x.observed_at, x.work_id, x.source, x.event_type, x.citing_arxiv_id;
 
 INSERT INTO change_log (kind, arxiv_id, committed_at)
-SELECT 'record_changed', a.arxiv_id, clock_timestamp() FROM ({_AFFECTED_PAPERS}) AS a ORDER BY a.arxiv_id;
+SELECT 'record_changed', a.arxiv_id, clock_timestamp() FROM ({{affected}}) AS a ORDER BY a.arxiv_id;
 
 WITH gone AS (DELETE FROM change_log WHERE committed_at < now() - make_interval(days => {RETENTION_DAYS})
               RETURNING position)
@@ -238,7 +249,10 @@ WHERE EXISTS (SELECT 1 FROM gone);
 
 SELECT pg_notify('pith_changes', coalesce((SELECT max(position) FROM change_log), 0)::text);
 """
-    await conn.execute(statements if added == "new_" else statements.replace("new_", added))
+    if added == "new_":
+        await conn.execute(statements.replace("{affected}", _AFFECTED_PAPERS))
+    else:  # everything is new: every paper with a fact has a new record, no need to look further
+        await conn.execute(statements.replace("{affected}", _ALL_PAPERS_STAGED).replace("new_", added))
 
 
 def _describe_conflict(t: Table, row: Any) -> str:
