@@ -549,7 +549,8 @@ def report() -> str:
                   f"{r['R6']['per_paper_100']['statements_per_hop']:.1f} statements/hop)")
     row("R7 bulk write path (ours / psql COPY)", "R7", lambda r: r["R7"]["ratio"])
     row("R7 end to end, generation included", None, lambda r: r["R7"]["ratio_end_to_end"])
-    if len(scales) >= 2:
+    if len(scales) >= 2 and latest[scales[0]]["date"][:10] == latest[scales[-1]]["date"][:10]:
+        # Only runs of the same day (the same code) are compared across scales.
         small, large = scales[0], scales[-1]
         for key, label in (("R1", "R1 p50"), ("R3", "R3 p50")):
             try:
@@ -559,6 +560,11 @@ def report() -> str:
             except KeyError:
                 pass
     lines += peer_report(latest)
+    dates = {s: latest[s]["date"][:10] for s in scales}
+    if len(set(dates.values())) > 1:
+        lines += ["", "Columns come from runs of different days, so of different code: " +
+                  ", ".join(f"{s:,} papers {d}" for s, d in dates.items()) + ". R5 compares scales only within one "
+                  "day's runs."]
     lines += ["", "## Absolute figures", ""]
     for s in scales:
         r = latest[s]
