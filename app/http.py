@@ -13,10 +13,9 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, Mapping
 
-from graphql import OperationDefinitionNode, parse
+from graphql import OperationDefinitionNode
 from starlette.responses import Response
 
 from app.logs import request_id
@@ -193,13 +192,15 @@ def result_response(result: Any, errors: list[dict[str, Any]], media: str | None
 PINNED_MAX_AGE = 300  # a pinned answer changes only when an import adds facts from before its instant
 
 
-@lru_cache(maxsize=1024)
 def _document(query: str) -> Any:
+    """The parsed document, from the same cache execution uses (None when it does not parse: execution
+    reports that)."""
+    from app.cost import _parsed
     from app.schema import MAX_TOKENS
 
     try:
-        return parse(query, max_tokens=MAX_TOKENS)
-    except Exception:  # noqa: BLE001 - execution reports it
+        return _parsed(query, MAX_TOKENS)
+    except Exception:  # noqa: BLE001
         return None
 
 
