@@ -8,7 +8,18 @@ import json
 from uuid import UUID
 
 from app.errors import UserInputError
+from app.timeparse import has_surrogate
 from loaders.rows import Observation
+
+
+def encode_token(text: str) -> str:
+    """An opaque token (cursors, global ids): base64url without padding."""
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+def decode_token(token: str) -> str:
+    """The text of a token; ValueError (or a subclass) when it is not one."""
+    return base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode("utf-8")
 
 
 def encode(direction: str, obs: Observation) -> str:
@@ -16,7 +27,7 @@ def encode(direction: str, obs: Observation) -> str:
         key = ["in", obs.citing_arxiv_id, obs.reference_index, str(obs.observation_id)]
     else:
         key = ["out", obs.reference_index, str(obs.observation_id)]
-    return base64.urlsafe_b64encode(json.dumps(key, separators=(",", ":")).encode()).decode().rstrip("=")
+    return encode_token(json.dumps(key, separators=(",", ":")))
 
 
 MAX_CURSOR_LENGTH = 400
@@ -30,7 +41,7 @@ def _index(value: object) -> bool:
 def _arxiv_text(value: object) -> bool:
     # What a stored arXiv id can be: short, printable, valid UTF-8 (no NUL, no lone surrogate).
     return (isinstance(value, str) and 0 < len(value) <= 64 and value.isprintable()
-            and not any(0xD800 <= ord(c) <= 0xDFFF for c in value))
+            and not has_surrogate(value))
 
 
 def decode(direction: str, cursor: str | None, argument: str = "after") -> tuple | None:
@@ -43,8 +54,7 @@ def decode(direction: str, cursor: str | None, argument: str = "after") -> tuple
         return None
     try:
         if len(cursor) <= MAX_CURSOR_LENGTH:
-            raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-            key = json.loads(raw)
+            key = json.loads(decode_token(cursor))
             if isinstance(key, list):
                 if direction == "in" and len(key) == 4 and key[0] == "in":
                     citing, index, oid = key[1:]
@@ -63,7 +73,7 @@ def decode(direction: str, cursor: str | None, argument: str = "after") -> tuple
 
 
 def encode_search(rank: float, arxiv_id: str) -> str:
-    return base64.urlsafe_b64encode(json.dumps(["search", rank, arxiv_id]).encode()).decode().rstrip("=")
+    return encode_token(json.dumps(["search", rank, arxiv_id]))
 
 
 def decode_search(cursor: str | None) -> tuple[float, str] | None:
@@ -72,7 +82,7 @@ def decode_search(cursor: str | None) -> tuple[float, str] | None:
         return None
     try:
         if len(cursor) <= MAX_CURSOR_LENGTH:
-            key = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+            key = json.loads(decode_token(cursor))
             if isinstance(key, list) and len(key) == 3 and key[0] == "search":
                 rank, arxiv_id = key[1:]
                 if isinstance(rank, (int, float)) and not isinstance(rank, bool) and 0 <= rank < 1e30 \

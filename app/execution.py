@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from graphql import GraphQLObjectType, is_leaf_type, is_non_null_type
 from graphql.pyutils import Path
+from graphql.pyutils import Undefined as _UNDEFINED
 from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
 
 _NOT_PLAIN = object()
@@ -172,5 +173,3 @@ class DirectExecutionContext(StrawberryGraphQLCoreExecutionContext):
                 return False
         return True
 
-
-from graphql.pyutils import Undefined as _UNDEFINED  # noqa: E402

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from graphql import OperationDefinitionNode
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 
 from app.logs import request_id
 
@@ -53,10 +53,24 @@ def response_media_type(accept: str | None) -> str | None:
     return best
 
 
+class GraphQLJSONResponse(JSONResponse):
+    """orjson for GraphQL results (the same compact UTF-8 JSON, several times faster than json.dumps).
+
+    A string orjson refuses (a lone surrogate a client sent in an argument, echoed in a message)
+    falls back to ASCII-escaped JSON, which represents it.
+    """
+
+    def render(self, content: Any) -> bytes:
+        import orjson
+
+        try:
+            return orjson.dumps(content)
+        except TypeError:
+            return json.dumps(content, ensure_ascii=True, separators=(",", ":"), default=str).encode()
+
+
 def graphql_response(payload: dict[str, Any], status: int, media: str | None,
                      headers: Mapping[str, str] | None = None) -> Response:
-    from app.main import GraphQLJSONResponse
-
     response = GraphQLJSONResponse(payload, status_code=status, headers=dict(headers or {}))
     response.headers["content-type"] = f"{media or JSON}; charset=utf-8"
     return response

@@ -13,7 +13,6 @@ rather than growing memory. A process holds at most MAX_SUBSCRIBERS subscription
 from __future__ import annotations
 
 import asyncio
-import base64
 import binascii
 import contextlib
 import logging
@@ -21,6 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
+
+from app.cursors import decode_token, encode_token
 
 log = logging.getLogger("pith.live")
 
@@ -39,13 +40,13 @@ class LiveError(Exception):
 
 
 def encode_cursor(position: int) -> str:
-    return base64.urlsafe_b64encode(f"change:{position}".encode()).decode().rstrip("=")
+    return encode_token(f"change:{position}")
 
 
 def decode_cursor(cursor: str) -> int:
     try:
         if len(cursor) <= 64:
-            text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+            text = decode_token(cursor)
             kind, _, number = text.partition(":")
             if kind == "change" and number.isdigit() and len(number) <= 18:
                 return int(number)
@@ -102,7 +103,9 @@ class Hub:
             if len(self._shared) > 10_000:
                 self._shared.clear()
             future = self._shared[key] = asyncio.ensure_future(make())
-            future.add_done_callback(lambda f: f.exception() and self._shared.pop(key, None))
+            # A failed (or cancelled) read is not shared: the next subscriber reads again.
+            future.add_done_callback(lambda f: (f.cancelled() or f.exception() is not None)
+                                     and self._shared.pop(key, None))
             asyncio.get_running_loop().call_later(SHARE_SECONDS, self._shared.pop, key, None)
         return await asyncio.shield(future)
 

@@ -176,22 +176,6 @@ class BodyLimitAndCancelOnDisconnect:
             await handler
 
 
-class GraphQLJSONResponse(JSONResponse):
-    """orjson for GraphQL results (the same compact UTF-8 JSON, several times faster than json.dumps).
-
-    A string orjson refuses (a lone surrogate a client sent in an argument, echoed in a message)
-    falls back to ASCII-escaped JSON, which represents it.
-    """
-
-    def render(self, content: Any) -> bytes:
-        import orjson
-
-        try:
-            return orjson.dumps(content)
-        except TypeError:
-            return json.dumps(content, ensure_ascii=True, separators=(",", ":"), default=str).encode()
-
-
 GRAPHQL_PATH = "/graphql"
 ERROR_CODES = {400: "BAD_REQUEST", 404: "NOT_FOUND", 413: "PAYLOAD_TOO_LARGE", 500: "INTERNAL_SERVER_ERROR",
                503: "SERVICE_UNAVAILABLE"}

@@ -46,6 +46,11 @@ def now_as_of() -> datetime:
     return datetime.now(timezone.utc).replace(microsecond=0)
 
 
+def has_surrogate(value: str) -> bool:
+    """A lone UTF-16 surrogate: not a character, and nothing PostgreSQL (or UTF-8) can store."""
+    return any(0xD800 <= ord(c) <= 0xDFFF for c in value)
+
+
 SEARCH_RULE = "1 to 500 characters of search words (quotes and - work as in web search)"
 
 
@@ -55,6 +60,6 @@ def parse_search_words(value: str) -> str:
         raise BadInput(f"give {SEARCH_RULE}")
     if "\x00" in value:
         raise BadInput(f"the text contains a NUL character; give {SEARCH_RULE}")
-    if any(0xD800 <= ord(c) <= 0xDFFF for c in value):
+    if has_surrogate(value):
         raise BadInput(f"the text contains a lone UTF-16 surrogate (not a character); give {SEARCH_RULE}")
     return value

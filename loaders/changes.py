@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any, Final, Sequence
 
 from loaders.base import Db
-from loaders.citations import _DETAIL_COLUMNS, _DETAIL_JOINS, observation_from
+from loaders.citations import _DETAIL_COLUMNS, detail_joins, observation_from
 from loaders.rows import Observation
 
 _PAPER_JSON = ("jsonb_build_object('title', {p}.title, 'latestVersion', {p}.latest_version, 'primaryCategory', "
@@ -108,7 +108,7 @@ ch AS (
 SELECT ch.kind, ch.at, ch.event, ch.measurement, ch.previous, ch.current, {_DETAIL_COLUMNS}
 FROM ch
 LEFT JOIN citation_observations AS o ON o.observation_id = ch.obs
-{_DETAIL_JOINS.replace("JOIN LATERAL", "LEFT JOIN LATERAL").replace("LEFT LEFT", "LEFT").replace("$AS", "$3")}
+{detail_joins(outer=True).replace("$AS", "$3")}
 ORDER BY ch.at, ch.obs NULLS FIRST, ch.kind
 """
 

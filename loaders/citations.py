@@ -58,9 +58,16 @@ _DETAIL_COLUMNS: Final = """
        w.venue AS w_venue, w.year AS w_year,
        r.observed_at AS r_observed_at, r.status AS r_status, r.resolver_source AS r_resolver_source"""
 
-# Latest snapshot of the citing paper, the cited paper, the work and the resolution of each row o.
-_DETAIL_JOINS: Final = """
-JOIN LATERAL (
+def detail_joins(outer: bool = False) -> str:
+    """Latest snapshot of the citing paper, the cited paper, the work and the resolution of each row o.
+
+    A visible observation always has a citing snapshot (an inner join); `outer` keeps rows that are not
+    observations at all (o is NULL), for statements that mix them in.
+    """
+    return ("LEFT " if outer else "") + _DETAIL_JOINS_AFTER_CITING
+
+
+_DETAIL_JOINS_AFTER_CITING: Final = """JOIN LATERAL (
     SELECT * FROM paper_snapshots AS s
     WHERE s.arxiv_id = o.citing_arxiv_id AND s.observed_at <= $AS
     ORDER BY s.observed_at DESC LIMIT 1
@@ -80,6 +87,7 @@ LEFT JOIN LATERAL (
     WHERE s.observation_id = o.observation_id AND s.observed_at <= $AS
     ORDER BY s.observed_at DESC LIMIT 1
 ) AS r ON true"""
+_DETAIL_JOINS: Final = "\n" + detail_joins()
 
 
 def _at(sql: str, param: int) -> str:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import base64
 import binascii
 from uuid import UUID
 
 import strawberry
 
+from app.cursors import decode_token, encode_token
 from app.timeparse import BadInput, parse_arxiv_id
 
 KINDS = ("Paper", "CitationObservation", "Work")
@@ -20,7 +20,7 @@ class Node:
 
 
 def global_id(kind: str, key: str) -> strawberry.ID:
-    return strawberry.ID(base64.urlsafe_b64encode(f"{kind}:{key}".encode()).decode().rstrip("="))
+    return strawberry.ID(encode_token(f"{kind}:{key}"))
 
 
 def parse_global_id(value: object) -> tuple[str, str | UUID]:
@@ -28,7 +28,7 @@ def parse_global_id(value: object) -> tuple[str, str | UUID]:
     try:
         if not isinstance(value, str) or not 0 < len(value) <= 200:
             raise ValueError
-        text = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).decode("utf-8")
+        text = decode_token(value)
         kind, _, key = text.partition(":")
         if kind == "Paper":
             return kind, parse_arxiv_id(key)
