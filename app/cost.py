@@ -30,7 +30,8 @@ MAX_NODES = 500_000
 MAX_NEIGHBOURHOOD_PAPERS = 10_000
 LIMITS = {"first": (1, 100), "last": (1, 100), "perPaper": (1, 100), "depth": (1, 3)}
 # (field name) -> (argument that sizes it, its default)
-LISTS = {"inbound": ("first", 100), "outbound": ("first", 100), "searchPapers": ("first", 10)}
+LISTS = {"inbound": ("first", 100), "outbound": ("first", 100), "searchPapers": ("first", 10),
+         "timeline": ("first", 100)}
 
 
 # Introspection fields that return lists: nesting one inside another multiplies the answer

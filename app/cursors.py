@@ -93,3 +93,24 @@ def decode_search(cursor: str | None) -> tuple[float, str] | None:
     shown = cursor if len(cursor) <= 60 else cursor[:60] + "..."
     raise UserInputError(f"after: {shown!r} is not a cursor of searchPapers; pass an endCursor it returned",
                          argument="after")
+
+
+def encode_timeline(second: int) -> str:
+    return encode_token(json.dumps(["timeline", second]))
+
+
+def decode_timeline(cursor: str | None) -> int | None:
+    """The instant (Unix seconds) a timeline page continues after; anything else is refused."""
+    if cursor is None:
+        return None
+    try:
+        if len(cursor) <= MAX_CURSOR_LENGTH:
+            key = json.loads(decode_token(cursor))
+            if (isinstance(key, list) and len(key) == 2 and key[0] == "timeline" and isinstance(key[1], int)
+                    and not isinstance(key[1], bool) and -62135596800 <= key[1] <= 253402300799):
+                return key[1]
+    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError, AttributeError, RecursionError):
+        pass
+    shown = cursor if len(cursor) <= 60 else cursor[:60] + "..."
+    raise UserInputError(f"after: {shown!r} is not a cursor of a timeline; pass an endCursor it returned",
+                         argument="after")

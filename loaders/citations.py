@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any, Final, Sequence
 from uuid import UUID
 
-from loaders.base import Db
+from loaders.base import Db, at_param
 from loaders.papers import paper_from
 from loaders.rows import Observation, Resolution, WorkSnapshot
 
@@ -90,10 +90,6 @@ LEFT JOIN LATERAL (
 _DETAIL_JOINS: Final = "\n" + detail_joins()
 
 
-def _at(sql: str, param: int) -> str:
-    return sql.replace("$AS", f"${param}")
-
-
 # Keyset bounds: forward pages start after a key (the lowest values when there is none), backward
 # pages end before one (values above any real key when there is none: U+10FFFF sorts after every id in
 # byte order). Either way the bound is an index condition, so any page costs what the first does.
@@ -105,7 +101,7 @@ def _inbound_pages(backward: bool) -> str:
     """$1 cited ids, $2..$4 the cursor per key (NULL: from the start, or from the end), $5 instant,
     $6 page size, $7 statuses (NULL: all). Rows come in page order (backward pages reversed by the caller)."""
     bound, op, order = (_HIGH, "<", "DESC") if backward else (_LOW, ">", "ASC")
-    return _at(f"""
+    return f"""
 SELECT k.ord, {_DETAIL_COLUMNS}
 FROM unnest($1::text[], $2::text[], $3::int[], $4::uuid[])
      WITH ORDINALITY AS k(arxiv_id, key_citing, key_index, key_id, ord)
@@ -123,13 +119,13 @@ CROSS JOIN LATERAL (
 ) AS page
 JOIN citation_observations AS o ON o.observation_id = page.observation_id {_DETAIL_JOINS}
 ORDER BY k.ord, page.citing_arxiv_id {order}, page.reference_index {order}, page.observation_id {order}
-""", 5)
+"""
 
 
 def _outbound_pages(backward: bool) -> str:
     """$1 citing ids, $2..$3 the cursor per key, $4 instant, $5 page size, $6 statuses, $7 cites-retracted."""
     bound, op, order = (_HIGH, "<", "DESC") if backward else (_LOW, ">", "ASC")
-    return _at(f"""
+    return f"""
 SELECT k.ord, {_DETAIL_COLUMNS}
 FROM unnest($1::text[], $2::int[], $3::uuid[]) WITH ORDINALITY AS k(arxiv_id, key_index, key_id, ord)
 CROSS JOIN LATERAL (
@@ -146,16 +142,19 @@ CROSS JOIN LATERAL (
 ) AS page
 JOIN citation_observations AS o ON o.observation_id = page.observation_id {_DETAIL_JOINS}
 ORDER BY k.ord, page.reference_index {order}, page.observation_id {order}
-""", 4)
+"""
 
 
-INBOUND_PAGES: Final = _inbound_pages(backward=False)
-INBOUND_PAGES_BACKWARD: Final = _inbound_pages(backward=True)
-OUTBOUND_PAGES: Final = _outbound_pages(backward=False)
-OUTBOUND_PAGES_BACKWARD: Final = _outbound_pages(backward=True)
+# Templates ($AS: the instant, parameter 5 of inbound pages, 4 of outbound pages, 3 of counts).
+INBOUND_PAGES_TEMPLATE: Final = _inbound_pages(backward=False)
+OUTBOUND_PAGES_TEMPLATE: Final = _outbound_pages(backward=False)
+INBOUND_PAGES: Final = at_param(INBOUND_PAGES_TEMPLATE, 5)
+INBOUND_PAGES_BACKWARD: Final = at_param(_inbound_pages(backward=True), 5)
+OUTBOUND_PAGES: Final = at_param(OUTBOUND_PAGES_TEMPLATE, 4)
+OUTBOUND_PAGES_BACKWARD: Final = at_param(_outbound_pages(backward=True), 4)
 
 # $1 paper ids, $2 'in' or 'out' per key, $3 instant, $4 statuses, $5 cites-retracted (outbound only).
-CITATION_COUNTS: Final = _at(f"""
+CITATION_COUNTS_TEMPLATE: Final = f"""
 SELECT k.ord, n.total
 FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(arxiv_id, direction, ord)
 CROSS JOIN LATERAL (
@@ -172,9 +171,10 @@ CROSS JOIN LATERAL (
     WHERE ($4::text[] IS NULL OR {_LATEST_STATUS} = ANY($4::text[]))
       AND ($5::boolean IS NULL OR $5::boolean = {_RETRACTED})
 ) AS n
-""", 3)
+"""
+CITATION_COUNTS: Final = at_param(CITATION_COUNTS_TEMPLATE, 3)
 
-OBSERVATIONS_BY_ID: Final = _at(f"""
+OBSERVATIONS_BY_ID: Final = at_param(f"""
 SELECT k.ord, {_DETAIL_COLUMNS}
 FROM unnest($1::uuid[]) WITH ORDINALITY AS k(observation_id, ord)
 JOIN citation_observations AS o
@@ -227,7 +227,7 @@ class PageKey:
     after: tuple | None = None
 
 
-def _group(rows: Sequence[Any], n: int) -> list[list[Observation]]:
+def pages_from_rows(rows: Sequence[Any], n: int) -> list[list[Observation]]:
     pages: list[list[Observation]] = [[] for _ in range(n)]
     for row in rows:
         pages[row["ord"] - 1].append(observation_from(row))
@@ -252,7 +252,7 @@ async def inbound_pages(db: Db, keys: Sequence[PageKey], as_of: datetime, limit:
         limit,
         list(statuses) if statuses is not None else None,
     )
-    return _group(rows, len(keys))
+    return pages_from_rows(rows, len(keys))
 
 
 async def outbound_pages(db: Db, keys: Sequence[PageKey], as_of: datetime, limit: int,
@@ -270,7 +270,7 @@ async def outbound_pages(db: Db, keys: Sequence[PageKey], as_of: datetime, limit
         list(statuses) if statuses is not None else None,
         cites_retracted,
     )
-    return _group(rows, len(keys))
+    return pages_from_rows(rows, len(keys))
 
 
 async def citation_counts(db: Db, keys: Sequence[tuple[str, str]], as_of: datetime,
@@ -285,7 +285,11 @@ async def citation_counts(db: Db, keys: Sequence[tuple[str, str]], as_of: dateti
         list(statuses) if statuses is not None else None,
         cites_retracted,
     )
-    totals = [0] * len(keys)
+    return totals_from_rows(rows, len(keys))
+
+
+def totals_from_rows(rows: Sequence[Any], n: int) -> list[int]:
+    totals = [0] * n
     for row in rows:
         totals[row["ord"] - 1] = row["total"]
     return totals

@@ -3,23 +3,28 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Final, Sequence
+from typing import Any, Final, Sequence
 
-from loaders.base import Db
+from loaders.base import Db, at_param
 from loaders.rows import Measurement
 
-MEASUREMENTS_BY_ARXIV_ID: Final = """
+MEASUREMENTS_TEMPLATE: Final = """
 SELECT DISTINCT ON (arxiv_id, source) arxiv_id, source, observed_at, count
 FROM external_measurements
 WHERE arxiv_id = ANY($1::text[])
-  AND observed_at <= $2
+  AND observed_at <= $AS
 ORDER BY arxiv_id, source, observed_at DESC
 """
+MEASUREMENTS_BY_ARXIV_ID: Final = at_param(MEASUREMENTS_TEMPLATE, 2)
 
 
 async def measurements_by_paper(db: Db, arxiv_ids: Sequence[str], as_of: datetime) -> list[list[Measurement]]:
+    return measurements_from_rows(await db.fetch(MEASUREMENTS_BY_ARXIV_ID, list(arxiv_ids), as_of), arxiv_ids)
+
+
+def measurements_from_rows(rows: Sequence[Any], arxiv_ids: Sequence[str]) -> list[list[Measurement]]:
     found: dict[str, list[Measurement]] = {}
-    for row in await db.fetch(MEASUREMENTS_BY_ARXIV_ID, list(arxiv_ids), as_of):
+    for row in rows:
         found.setdefault(row["arxiv_id"], []).append(
             Measurement(row["arxiv_id"], row["source"], row["observed_at"], row["count"])
         )

@@ -5,23 +5,24 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Final, Sequence
 
-from loaders.base import Db
+from loaders.base import Db, at_param
 from loaders.rows import PaperSnapshot
 
 PAPER_COLUMNS: Final = "arxiv_id, observed_at, title, latest_version, primary_category, submitted_at, last_updated"
 
-PAPER_SNAPSHOTS_BY_ARXIV_ID: Final = f"""
+PAPER_SNAPSHOTS_TEMPLATE: Final = f"""
 SELECT k.ord, s.{PAPER_COLUMNS.replace(', ', ', s.')}
 FROM unnest($1::text[]) WITH ORDINALITY AS k(arxiv_id, ord)
 JOIN LATERAL (
     SELECT {PAPER_COLUMNS}
     FROM paper_snapshots
     WHERE arxiv_id = k.arxiv_id
-      AND observed_at <= $2
+      AND observed_at <= $AS
     ORDER BY observed_at DESC
     LIMIT 1
 ) AS s ON true
 """
+PAPER_SNAPSHOTS_BY_ARXIV_ID: Final = at_param(PAPER_SNAPSHOTS_TEMPLATE, 2)
 
 # Ranked title search over each paper's latest snapshot at the instant (older titles do not match), as
 # keyset pages: after the (rank, arxiv id) of the previous page's last row.
@@ -62,8 +63,12 @@ def paper_from(row: Any, prefix: str = "") -> PaperSnapshot | None:
 
 
 async def paper_snapshots(db: Db, arxiv_ids: Sequence[str], as_of: datetime) -> list[PaperSnapshot | None]:
-    found: list[PaperSnapshot | None] = [None] * len(arxiv_ids)
-    for row in await db.fetch(PAPER_SNAPSHOTS_BY_ARXIV_ID, list(arxiv_ids), as_of):
+    return papers_from_rows(await db.fetch(PAPER_SNAPSHOTS_BY_ARXIV_ID, list(arxiv_ids), as_of), len(arxiv_ids))
+
+
+def papers_from_rows(rows: Sequence[Any], n: int) -> list[PaperSnapshot | None]:
+    found: list[PaperSnapshot | None] = [None] * n
+    for row in rows:
         found[row["ord"] - 1] = paper_from(row)
     return found
 

@@ -3,37 +3,42 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Final, Sequence
+from typing import Any, Final, Sequence
 from uuid import UUID
 
-from loaders.base import Db
+from loaders.base import Db, at_param
 from loaders.rows import Event, Receipt, Standing
 
 # Receipts (latest per work and source) and events in one statement: a notice needs both.
-STANDING_BY_WORK_ID: Final = """
+STANDING_TEMPLATE: Final = """
 SELECT 'receipt' AS kind, r.work_id, r.source, r.observed_at,
        NULL::text AS event_type, NULL::timestamptz AS reported_at, NULL::text AS notice_doi
 FROM (
     SELECT DISTINCT ON (work_id, source) work_id, source, observed_at
     FROM standing_receipts
     WHERE work_id = ANY($1::uuid[])
-      AND observed_at <= $2
+      AND observed_at <= $AS
     ORDER BY work_id, source, observed_at DESC
 ) AS r
 UNION ALL
 SELECT 'event', e.work_id, e.source, e.observed_at, e.event_type, e.reported_at, e.notice_doi
 FROM work_events AS e
 WHERE e.work_id = ANY($1::uuid[])
-  AND e.observed_at <= $2
+  AND e.observed_at <= $AS
 ORDER BY 1 DESC, 2, 4, 3
 """
+STANDING_BY_WORK_ID: Final = at_param(STANDING_TEMPLATE, 2)
 
 
 async def standing_by_work(db: Db, work_ids: Sequence[UUID], as_of: datetime) -> list[Standing]:
     """One Standing per work id, in key order; receipts by source, events by time then source."""
+    return standing_from_rows(await db.fetch(STANDING_BY_WORK_ID, list(work_ids), as_of), work_ids)
+
+
+def standing_from_rows(rows: Sequence[Any], work_ids: Sequence[UUID]) -> list[Standing]:
     receipts: dict[UUID, list[Receipt]] = {}
     events: dict[UUID, list[Event]] = {}
-    for row in await db.fetch(STANDING_BY_WORK_ID, list(work_ids), as_of):
+    for row in rows:
         if row["kind"] == "receipt":
             receipts.setdefault(row["work_id"], []).append(Receipt(row["work_id"], row["source"], row["observed_at"]))
         else:

@@ -168,3 +168,147 @@ async def test_to_before_from_is_bad_user_input(synthetic):
     body = await served.graphql(DIFF, {"id": papers[0], "from": whole(high), "to": whole(low)})
     error = body["errors"][0]
     assert error["extensions"]["code"] == "BAD_USER_INPUT" and "before" in error["message"]
+
+
+# --- Paper.timeline -------------------------------------------------------------------------------
+
+TIMELINE = """query($id: String!, $first: Int!, $after: String, $from: DateTime, $to: DateTime) {
+  paper(arxivId: $id, asOf: "2100-01-01T00:00:00Z") {
+    timeline(from: $from, to: $to, first: $first, after: $after) {
+      edges { cursor node { at contextDigest kinds } } pageInfo { hasNextPage endCursor } } } }"""
+VOLATILE = ("as_of", "thesis", "context_digest")
+
+
+async def whole_timeline(served, paper: str, first: int = 100, **window) -> list[dict]:
+    entries, after = [], None
+    while True:
+        body = await served.graphql(TIMELINE, {"id": paper, "first": first, "after": after, **window})
+        assert "errors" not in body, body["errors"]
+        page = body["data"]["paper"]["timeline"]
+        entries += [e["node"] for e in page["edges"]]
+        if not page["pageInfo"]["hasNextPage"]:
+            return entries
+        after = page["pageInfo"]["endCursor"]
+
+
+async def records_at(served, paper: str, instants: list[str]) -> list[dict | None]:
+    """The v1 records at the instants, through citationRecord (20 aliases per request)."""
+    found: list[dict | None] = []
+    for i in range(0, len(instants), 20):
+        chunk = instants[i:i + 20]
+        fields = " ".join(f'r{n}: citationRecord(arxivId: $id, asOf: "{t}") {{ canonicalJson }}'
+                          for n, t in enumerate(chunk))
+        body = await served.graphql(f"query($id: String!) {{ {fields} }}", {"id": paper})
+        assert "errors" not in body, body["errors"]
+        found += [json.loads(r["canonicalJson"]) if r else None for r in
+                  (body["data"][f"r{n}"] for n in range(len(chunk)))]
+    return found
+
+
+def steady(document: dict | None) -> dict | None:
+    return None if document is None else {k: v for k, v in document.items() if k not in VOLATILE}
+
+
+def parse_whole(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+TIMELINE_SEEN = {"papers": 0, "entries": 0, "capped papers": 0, "between": 0}
+
+
+@settings(max_examples=max(EXAMPLES // 2, 6), deadline=None, derandomize=True,
+          suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+async def test_each_timeline_entry_is_a_change_and_nothing_changes_between_entries(synthetic, data):
+    served, url, papers, low, high, _ = synthetic
+    conn = await asyncpg.connect(url)
+    try:
+        busiest = await conn.fetchval("SELECT cited_arxiv_id FROM citation_observations WHERE cited_arxiv_id "
+                                      "IS NOT NULL GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT 1")
+    finally:
+        await conn.close()
+    paper = data.draw(st.sampled_from([busiest, *papers]))
+    entries = await whole_timeline(served, paper, first=data.draw(st.sampled_from([3, 100])))
+    TIMELINE_SEEN["papers"] += 1
+    TIMELINE_SEEN["entries"] += len(entries)
+    ats = [e["at"] for e in entries]
+    assert ats == sorted(set(ats)), "entries are distinct instants, oldest first"
+    before = [whole(parse_whole(a) - timedelta(seconds=1)) for a in ats]
+    records = await records_at(served, paper, ats + before)
+    at_entry, before_entry = records[:len(ats)], records[len(ats):]
+    for entry, now, then in zip(entries, at_entry, before_entry):
+        assert now is not None and now["context_digest"] == entry["contextDigest"], entry
+        assert steady(now) != steady(then), f"the record at {entry['at']} is the one a second earlier"
+        assert entry["kinds"], entry
+    if any(len(r["inbound"]) < r["coverage"][2]["denominator"] for r in at_entry if r):
+        TIMELINE_SEEN["capped papers"] += 1
+    # Random instants between entries (and after the last) show the earlier entry's record.
+    probes, expected = [], []
+    bounds = list(zip(ats, ats[1:] + [whole(high)]))
+    for start, end in data.draw(st.lists(st.sampled_from(bounds), max_size=12)) if bounds else []:
+        a, b = parse_whole(start), parse_whole(end)
+        if (b - a).total_seconds() < 2:
+            continue
+        offset = data.draw(st.integers(1, int((b - a).total_seconds()) - 1))
+        probes.append(whole(a + timedelta(seconds=offset)))
+        expected.append(steady(at_entry[ats.index(start)]))
+    # Before the first entry there is no record.
+    if ats:
+        probes.append(whole(parse_whole(ats[0]) - timedelta(days=3)))
+        expected.append(None)
+    for probe, want, got in zip(probes, expected, await records_at(served, paper, probes)):
+        assert steady(got) == want, f"the record changed at {probe}, between timeline entries"
+        TIMELINE_SEEN["between"] += 1
+
+
+async def test_timelines_were_not_trivial():
+    assert TIMELINE_SEEN["entries"] >= 5 * TIMELINE_SEEN["papers"] > 0, TIMELINE_SEEN
+    assert TIMELINE_SEEN["between"] >= TIMELINE_SEEN["papers"], TIMELINE_SEEN
+    assert TIMELINE_SEEN["capped papers"] >= 1, TIMELINE_SEEN  # a paper beyond the inbound cap was drawn
+
+
+async def test_a_timeline_window_is_the_slice_of_the_whole(synthetic):
+    served, _, papers, low, high, _ = synthetic
+    whole_line = await whole_timeline(served, papers[0])
+    assert len(whole_line) >= 4
+    start, end = whole_line[1]["at"], whole_line[-2]["at"]
+    window = await whole_timeline(served, papers[0], first=2, **{"from": start, "to": end})
+    assert window == whole_line[1:-1]
+    # `from` a second after an entry starts at the next; `to` a second before one ends at the one before;
+    # fractions of a second are truncated, as everywhere in the API.
+    nudged = await whole_timeline(served, papers[0], **{
+        "from": whole(parse_whole(start) + timedelta(seconds=1)),
+        "to": whole(parse_whole(end) - timedelta(seconds=1)).replace("Z", ".999Z")})
+    assert nudged == whole_line[2:-2]
+
+
+async def test_a_timeline_page_costs_the_same_statements_at_any_size(synthetic):
+    served, url, _, _, _, _ = synthetic
+    conn = await asyncpg.connect(url)
+    try:
+        busiest = await conn.fetchval("SELECT cited_arxiv_id FROM citation_observations WHERE cited_arxiv_id "
+                                      "IS NOT NULL GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT 1")
+    finally:
+        await conn.close()
+    counts, sizes = [], []
+    for first in (1, 100):
+        body = await served.graphql(TIMELINE, {"id": busiest, "first": first})
+        assert "errors" not in body, body["errors"]
+        sizes.append(len(body["data"]["paper"]["timeline"]["edges"]))
+        counts.append(body["extensions"]["cost"]["statements"])
+    assert sizes[0] == 1 and sizes[1] >= 50, sizes
+    # The paper, the entries (2), the records at every entry's instant (6, 5 when no work is shown).
+    assert max(counts) <= 1 + 2 + 6, counts
+
+
+@pytest.mark.parametrize("variables, message", [
+    ({"from": "2026-03-01T00:00:00Z", "to": "2026-02-01T00:00:00Z"}, "before from"),
+    ({"first": 0}, "first: 0 is out of range"),
+    ({"first": 101}, "allowed 1 to 100"),
+    ({"after": "bm90IGEgY3Vyc29y"}, "not a cursor of a timeline"),
+])
+async def test_bad_timeline_arguments_are_bad_user_input(synthetic, variables, message):
+    served, _, papers, _, _, _ = synthetic
+    body = await served.graphql(TIMELINE, {"id": papers[0], "first": 10, **variables})
+    error = body["errors"][0]
+    assert error["extensions"]["code"] == "BAD_USER_INPUT" and message in error["message"], error

@@ -19,6 +19,7 @@ from loaders.rows import PaperSnapshot
 if TYPE_CHECKING:
     from app.types.observation import CitationConnection
     from app.types.record import CitationRecord
+    from app.types.timeline import TimelineConnection
 
 MAX_FIRST = 100
 
@@ -125,3 +126,22 @@ class Paper(Node):
 
         rows = await info.context.loaders(self.as_of).record.load(self.arxiv_id)
         return CitationRecord.of(rows)
+
+    @strawberry.field(description=(
+        "Instants in [from, to] at which stored facts change this paper's v1 record (standard caps), oldest "
+        "first: a new citation or reference, a resolution, a cited work's metadata or standing, a "
+        "measurement, a new snapshot of this paper or of a paper shown in the record. Whole seconds; the "
+        "thesis date turning over at midnight is not a change. A page costs the same few statements "
+        "whatever its size."))
+    async def timeline(
+        self, info: Info,
+        from_: Annotated[datetime | None, strawberry.argument(
+            name="from", description="The earliest instant (default: the beginning).")] = None,
+        to: Annotated[datetime | None, strawberry.argument(
+            description="The latest instant, not before `from` (default: this paper's instant).")] = None,
+        first: Annotated[int, strawberry.argument(description="How many entries, 1 to 100.")] = 100,
+        after: Annotated[str | None, strawberry.argument(description="endCursor of the previous page.")] = None,
+    ) -> Annotated["TimelineConnection", strawberry.lazy("app.types.timeline")]:
+        from app.types.timeline import timeline_page
+
+        return await timeline_page(info.context, self.arxiv_id, self.as_of, from_, to, first, after)
