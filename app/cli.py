@@ -237,6 +237,71 @@ async def _dump(dsn: str, path: str, as_of: datetime) -> int:
     return count
 
 
+def cmd_graph_export(args: argparse.Namespace, settings: Settings) -> int:
+    from app.timeparse import BadInput, now_as_of, parse_arxiv_id, parse_as_of
+
+    try:
+        as_of = parse_as_of(args.as_of) if args.as_of else now_as_of()
+        root = parse_arxiv_id(args.root) if args.root else None
+    except BadInput as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if not 1 <= args.depth <= 10:
+        print(f"error: --depth {args.depth} is out of range; allowed 1 to 10", file=sys.stderr)
+        return 2
+    if args.format == "parquet" and args.output == "-":
+        print("error: parquet is written to a folder: give --output FOLDER", file=sys.stderr)
+        return 2
+    progress = sys.stderr.isatty() if args.progress is None else args.progress
+    try:
+        return asyncio.run(_graph_export(_database_url(settings), args, as_of, root, progress))
+    except BrokenPipeError:
+        return 1
+
+
+async def _graph_export(dsn: str, args: argparse.Namespace, as_of: datetime, root: str | None,
+                        progress: bool) -> int:
+    from app import export
+    from app.ingest.bulk import Progress
+    from loaders.graph import Graph
+
+    conn = await asyncpg.connect(dsn, server_settings={"application_name": "pith-graph graph-export"})
+    try:
+        async with conn.transaction(isolation="repeatable_read", readonly=True):
+            graph = Graph(conn, as_of)
+            directions = {"inbound": ("in",), "outbound": ("out",), "both": ("in", "out")}[args.direction]
+            if root is not None and not await graph.walk(root, directions, args.depth):
+                print(f"error: no paper {root} is known as of {as_of.isoformat()}", file=sys.stderr)
+                return 1
+            total = sum(await graph.count()) if progress else 0
+            bar = Progress(sys.stderr if progress else None, total, "nodes and edges")
+            out = None
+            if args.format == "parquet":
+                writer: export.Writer = export.ParquetWriter(args.output)
+            else:
+                out = sys.stdout.buffer if args.output == "-" else open(args.output, "wb")
+                writer = export.writer_for(args.format, out)
+            try:
+                async for node in graph.nodes():
+                    writer.node(node)
+                    bar.update(writer.nodes, writer.nodes)
+                async for edge in graph.edges():
+                    writer.edge(edge)
+                    bar.update(writer.nodes + writer.edges, writer.nodes + writer.edges)
+                writer.close()
+                bar.update(writer.nodes + writer.edges, writer.nodes + writer.edges, final=True)
+            finally:
+                if out is not None and out is not sys.stdout.buffer:
+                    out.close()
+                elif out is not None:
+                    out.flush()
+    finally:
+        await conn.close()
+    print(f"graph-export: {writer.nodes:,} nodes, {writer.edges:,} edges as of {as_of.isoformat()}"
+          f" ({args.format}) to {args.output}", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     # The options every command shares work before the command and after it (`pith-graph serve
     # --data-dir X`); SUPPRESS keeps a subcommand from overwriting what was given before it.
@@ -282,6 +347,22 @@ def build_parser() -> argparse.ArgumentParser:
     dump.add_argument("path", metavar="PATH")
     dump.add_argument("--as-of", help="UTC instant (default: now)")
     dump.set_defaults(func=cmd_dump)
+
+    graph = sub.add_parser("graph-export", help=(
+        "write the whole graph (or a paper's neighbourhood), uncapped, for networkx, pandas or igraph"))
+    graph.add_argument("--format", required=True, choices=("csv", "graphml", "ndjson", "parquet"),
+                       help="csv: a zip of nodes.csv and edges.csv; parquet: a folder of nodes.parquet and "
+                            "edges.parquet (pip install 'pith-graph[parquet]')")
+    graph.add_argument("--output", "-o", default="-",
+                       help="file (a folder for parquet); - for standard output (not for parquet)")
+    graph.add_argument("--as-of", help="UTC instant (default: now)")
+    graph.add_argument("--root", metavar="ARXIV_ID", help="only the papers within --depth hops of this paper")
+    graph.add_argument("--direction", choices=("inbound", "outbound", "both"), default="inbound",
+                       help="with --root: follow citing papers, cited papers or both (default inbound)")
+    graph.add_argument("--depth", type=int, default=2, help="with --root: hops, 1 to 10 (default 2)")
+    graph.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                       help="a progress bar on standard error (default: when it is a terminal)")
+    graph.set_defaults(func=cmd_graph_export)
     return parser
 
 

@@ -25,8 +25,6 @@ from app.types.work import Work
 from app.types.paper import Paper, check_first
 from app.types.record import CitationRecord
 from app.types.scalars import SCALARS
-from loaders.dataloaders import PageRequest
-from loaders.rows import Observation
 
 log = logging.getLogger("pith.graphql")
 
@@ -100,41 +98,20 @@ class Neighbourhood:
 
 async def _walk(info: Info, root: str, direction: Direction, depth: int, per_paper: int,
                 as_of: datetime) -> Neighbourhood | None:
-    loaders = info.context.loaders(as_of)
-    start = await loaders.paper.load(root)
-    if start is None:
+    from loaders.walk import walk
+
+    found = await walk(info.context.loaders(as_of), root, DIRECTIONS[direction], depth, per_paper,
+                       MAX_NEIGHBOURHOOD_PAPERS)
+    if found is None:
         return None
-    papers = {root: start}
-    edges: dict[UUID, Observation] = {}
-    truncated = False
-    frontier = [root]
-    directions = ["in", "out"] if direction is Direction.BOTH else ["in" if direction is Direction.INBOUND else "out"]
-    for _ in range(depth):
-        reached: list[str] = []
-        for d in directions:
-            loader = loaders.inbound if d == "in" else loaders.outbound
-            pages = await loader.load_many([PageRequest(a, None, per_paper + 1) for a in frontier])
-            for page in pages:
-                truncated |= len(page) > per_paper
-                for o in page[:per_paper]:
-                    neighbour = o.citing if d == "in" else o.cited
-                    if neighbour is None:
-                        continue
-                    if neighbour.arxiv_id not in papers:
-                        if len(papers) >= MAX_NEIGHBOURHOOD_PAPERS:
-                            truncated = True
-                            continue
-                        papers[neighbour.arxiv_id] = neighbour
-                        reached.append(neighbour.arxiv_id)
-                    edges.setdefault(o.observation_id, o)
-        frontier = reached
-        if not frontier:
-            break
     return Neighbourhood(
-        papers=[Paper.of(p, as_of) for p in papers.values()],
-        edges=[CitationObservation.of(o, as_of) for o in edges.values()],
-        truncated=truncated,
+        papers=[Paper.of(p, as_of) for p in found.papers.values()],
+        edges=[CitationObservation.of(o, as_of) for o in found.edges.values()],
+        truncated=found.truncated,
     )
+
+
+DIRECTIONS = {Direction.INBOUND: ("in",), Direction.OUTBOUND: ("out",), Direction.BOTH: ("in", "out")}
 
 
 @strawberry.type(description="A title-search match.")

@@ -560,6 +560,9 @@ def report() -> str:
             except KeyError:
                 pass
     lines += peer_report(latest)
+    from bench.export import report_lines as export_report
+
+    lines += export_report()
     dates = {s: latest[s]["date"][:10] for s in scales}
     if len(set(dates.values())) > 1:
         lines += ["", "Columns come from runs of different days, so of different code: " +

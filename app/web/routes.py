@@ -269,8 +269,54 @@ retracted, with the source and time of every fact. Every record is a canonical, 
                 f"<th>Facts</th></tr></thead><tbody>{rows}</tbody></table></div>")
         return HTMLResponse(page("Evidence", body))
 
+    async def neighbourhood_export(request: Request) -> Response:
+        from starlette.responses import StreamingResponse
+
+        from app import export
+        from app.cost import MAX_NEIGHBOURHOOD_PAPERS
+        from loaders.dataloaders import Loaders
+        from loaders.walk import walk
+
+        format = request.path_params["format"]
+        if format not in export.MEDIA_TYPES:
+            raise NotFound(f"no export format {format!r}; use neighbourhood.csv, neighbourhood.graphml or "
+                           "neighbourhood.ndjson")
+        arxiv_id, directions, depth, per_paper, as_of = _walk_arguments(request)
+        session = app.session()
+        try:
+            loaders = Loaders(session, as_of)
+            found = await walk(loaders, arxiv_id, directions, depth, per_paper, MAX_NEIGHBOURHOOD_PAPERS)
+            works = list(dict.fromkeys(o.work.work_id for o in (found.edges.values() if found else ())
+                                       if o.work is not None))
+            standing = dict(zip(works, await loaders.standing.load_many(works))) if works else {}
+        finally:
+            await session.close()
+        if found is None:
+            raise NotFound(f"no paper {arxiv_id} is known as of {record.as_of_text(as_of)}")
+
+        async def body():
+            chunks = export.Chunks()
+            writer = export.writer_for(format, chunks)
+            for n, paper in enumerate(found.papers.values()):
+                writer.node(export.paper_node(paper))
+                if n % 500 == 499:
+                    yield chunks.take()
+            for n, obs in enumerate(found.edges.values()):
+                writer.edge(export.paper_edge(obs, standing))
+                if n % 500 == 499:
+                    yield chunks.take()
+            writer.close()
+            yield chunks.take()
+
+        name = f"neighbourhood-{arxiv_id.replace('/', '_')}" + (".zip" if format == "csv" else f".{format}")
+        return StreamingResponse(body(), media_type=export.MEDIA_TYPES[format], headers={
+            "Content-Disposition": f'attachment; filename="{name}"',
+            "X-Truncated": "true" if found.truncated else "false",
+            "Cache-Control": "public, max-age=86400" if "as_of" in request.query_params else CACHE_RECORD})
+
     return [
         Route("/", handled(home)),
+        Route("/graph/neighbourhood.{format}", handled(neighbourhood_export)),
         Route("/evidence", handled(evidence_page)),
         Route("/paper/{arxiv_id:path}/citation-record.json", handled(record_json)),
         Route("/paper/{arxiv_id:path}/citation-record", handled(record_html)),
@@ -278,6 +324,42 @@ retracted, with the source and time of every fact. Every record is a canonical, 
         Route("/paper/{arxiv_id:path}", handled(paper_page)),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
+
+
+DIRECTIONS = {"inbound": ("in",), "outbound": ("out",), "both": ("in", "out")}
+
+
+def _bounded(request: Request, name: str, default: int, low: int, high: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    if not raw.strip().isdigit() or not low <= int(raw) <= high:
+        shown = raw if len(raw) <= 40 else raw[:40] + "..."
+        raise BadRequest(f"{name}: {shown!r} is not allowed; give a whole number from {low} to {high}")
+    return int(raw)
+
+
+def _walk_arguments(request: Request) -> tuple[str, tuple[str, ...], int, int, "datetime"]:
+    """arxiv_id, direction, depth, per_paper and as_of of a neighbourhood export, as GraphQL takes them."""
+    params = request.query_params
+    raw_id = params.get("arxiv_id")
+    if raw_id is None:
+        raise BadRequest(f"arxiv_id: required ({ARXIV_ID_RULE})")
+    direction = params.get("direction", "inbound").strip().lower()
+    if direction not in DIRECTIONS:
+        raise BadRequest(f"direction: {direction[:40]!r} is not allowed; give inbound, outbound or both")
+    depth = _bounded(request, "depth", 2, 1, 3)
+    per_paper = _bounded(request, "per_paper", 10, 1, 100)
+    raw_as_of = params.get("as_of")
+    try:
+        arxiv_id = parse_arxiv_id(raw_id)
+    except BadInput as exc:
+        raise BadRequest(f"arxiv_id: {exc}") from None
+    try:
+        as_of = parse_as_of(raw_as_of) if raw_as_of is not None else now_as_of()
+    except BadInput as exc:
+        raise BadRequest(f"as_of: {exc}") from None
+    return arxiv_id, DIRECTIONS[direction], depth, per_paper, as_of
 
 
 def integrity_body(result: dict) -> str:

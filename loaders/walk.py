@@ -1,0 +1,50 @@
+"""A bounded multi-hop walk from one paper: what GraphQL `neighbourhood` and its HTTP exports both serve."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+from uuid import UUID
+
+from loaders.dataloaders import Loaders, PageRequest
+from loaders.rows import Observation, PaperSnapshot
+
+
+@dataclass
+class Walk:
+    papers: dict[str, PaperSnapshot]  # the start first, then in order of discovery
+    edges: dict[UUID, Observation]  # each edge followed, once
+    truncated: bool  # perPaper or the paper cap cut the walk
+
+
+async def walk(loaders: Loaders, root: str, directions: Sequence[str], depth: int, per_paper: int,
+               max_papers: int) -> Walk | None:
+    """Follow at most `per_paper` edges of each paper (record order) for `depth` hops in the directions
+    ('in', 'out'); one batched statement per hop and direction. None when the start is unknown."""
+    start = await loaders.paper.load(root)
+    if start is None:
+        return None
+    found = Walk({root: start}, {}, False)
+    frontier = [root]
+    for _ in range(depth):
+        reached: list[str] = []
+        for d in directions:
+            loader = loaders.inbound if d == "in" else loaders.outbound
+            pages = await loader.load_many([PageRequest(a, None, per_paper + 1) for a in frontier])
+            for page in pages:
+                found.truncated |= len(page) > per_paper
+                for o in page[:per_paper]:
+                    neighbour = o.citing if d == "in" else o.cited
+                    if neighbour is None:
+                        continue
+                    if neighbour.arxiv_id not in found.papers:
+                        if len(found.papers) >= max_papers:
+                            found.truncated = True
+                            continue
+                        found.papers[neighbour.arxiv_id] = neighbour
+                        reached.append(neighbour.arxiv_id)
+                    found.edges.setdefault(o.observation_id, o)
+        frontier = reached
+        if not frontier:
+            break
+    return found

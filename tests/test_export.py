@@ -1,0 +1,334 @@
+"""The graph out in analysis formats: HTTP neighbourhood exports and `pith-graph graph-export`, read back by
+networkx, pandas and plain json, compared with GraphQL and with the database."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pty
+import subprocess
+import sys
+import zipfile
+from datetime import datetime, timedelta, timezone
+
+import asyncpg
+import networkx as nx
+import pandas as pd
+import pytest
+import pytest_asyncio
+
+from bench.export import measured
+from tests.conftest import StatementLog, create_database, drop_database, serve
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+IDS = {"id": str, "arxiv_id": str, "source": str, "target": str, "observation_id": str}
+HOOD = """query($id: String!, $direction: Direction!, $depth: Int!, $per: Int!, $asOf: DateTime) {
+  neighbourhood(arxivId: $id, direction: $direction, depth: $depth, perPaper: $per, asOf: $asOf) {
+    truncated papers { arxivId title latestVersion primaryCategory submittedAt }
+    edges { observationId referenceIndex source citingPaper { arxivId } citedPaper { arxivId }
+            resolution { status } standingNotice { state } } } }"""
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def synthetic(admin_url):
+    url = await create_database(admin_url, "pith_test_export")
+    done = subprocess.run([sys.executable, "-m", "app.cli", "synth", "--papers", "300", "--seed", "5"],
+                          env={**os.environ, "DATABASE_URL": url}, capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    conn = await asyncpg.connect(url)
+    try:
+        high = await conn.fetchval("SELECT max(observed_at) FROM paper_snapshots")
+    finally:
+        await conn.close()
+    async for served in serve(url, StatementLog()):
+        yield served, url, high
+    await drop_database(admin_url, url)
+
+
+def whole(t: datetime) -> str:
+    return t.astimezone(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def read_back(format: str, data: bytes) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(nodes, edges) as pandas reads them (CSV), as networkx reads them (GraphML), or line by line."""
+    if format == "csv":
+        members = zipfile.ZipFile(io.BytesIO(data))
+        assert members.namelist() == ["nodes.csv", "edges.csv"]
+        return (pd.read_csv(members.open("nodes.csv"), dtype=IDS, keep_default_na=False),
+                pd.read_csv(members.open("edges.csv"), dtype=IDS, keep_default_na=False))
+    if format == "graphml":
+        g = nx.read_graphml(io.BytesIO(data), force_multigraph=True)
+        nodes = pd.DataFrame([{"id": n, **a} for n, a in g.nodes(data=True)])
+        edges = pd.DataFrame([{"source": u, "target": v, "edge_id": k, **a} for u, v, k, a in
+                              g.edges(keys=True, data=True)])
+        assert (edges["edge_id"] == edges["observation_id"]).all()
+        return nodes, edges
+    rows = [json.loads(line) for line in data.decode().splitlines()]
+    kinds = [r["type"] for r in rows]
+    assert kinds == sorted(kinds, key=lambda k: k != "node"), "nodes come before edges"
+    return (pd.DataFrame([r for r in rows if r["type"] == "node"]),
+            pd.DataFrame([r for r in rows if r["type"] == "edge"]))
+
+
+CASES = [("INBOUND", 2, 10), ("OUTBOUND", 2, 100), ("BOTH", 1, 5), ("INBOUND", 3, 3), ("BOTH", 2, 20)]
+
+
+@pytest.mark.parametrize("format", ["csv", "graphml", "ndjson"])
+async def test_the_neighbourhood_exports_hold_what_graphql_neighbourhood_gives(synthetic, format):
+    served, url, high = synthetic
+    at = whole(high - timedelta(days=30))
+    conn = await asyncpg.connect(url)
+    try:
+        # The most cited papers, and one from the middle, each known by the instant.
+        known = "SELECT arxiv_id FROM paper_snapshots WHERE observed_at <= $1"
+        roots = [r[0] for r in await conn.fetch(
+            f"SELECT cited_arxiv_id FROM citation_observations WHERE cited_arxiv_id IN ({known}) "
+            "GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT 3", high - timedelta(days=30))]
+        middle = sorted({r[0] for r in await conn.fetch(known, high - timedelta(days=30))})
+        roots.append(middle[len(middle) // 2])
+    finally:
+        await conn.close()
+    compared = 0
+    for (direction, depth, per), root in zip(CASES, roots + roots):
+        body = await served.graphql(HOOD, {"id": root, "direction": direction, "depth": depth, "per": per,
+                                           "asOf": at})
+        assert "errors" not in body, body
+        hood = body["data"]["neighbourhood"]
+        response = await served.client.get(f"/graph/neighbourhood.{format}", params={
+            "arxiv_id": root, "direction": direction.lower(), "depth": depth, "per_paper": per, "as_of": at})
+        assert response.status_code == 200, response.text
+        assert response.headers["x-truncated"] == str(hood["truncated"]).lower()
+        nodes, edges = read_back(format, response.content)
+        assert list(nodes["id"]) == [p["arxivId"] for p in hood["papers"]]
+        assert set(nodes["kind"]) == {"paper"}
+        assert list(nodes["title"]) == [p["title"] for p in hood["papers"]]
+        assert [int(v) for v in nodes["latest_version"]] == [p["latestVersion"] for p in hood["papers"]]
+        assert list(nodes["submitted"]) == [p["submittedAt"] for p in hood["papers"]]
+        if format == "graphml":  # networkx keeps edges by node, not in file order
+            assert len(edges) == len(hood["edges"])
+            edges = edges.set_index("observation_id").loc[[e["observationId"] for e in hood["edges"]]].reset_index()
+        assert list(edges["observation_id"]) == [e["observationId"] for e in hood["edges"]]
+        assert list(edges["source"]) == [e["citingPaper"]["arxivId"] for e in hood["edges"]]
+        assert list(edges["target"]) == [e["citedPaper"]["arxivId"] for e in hood["edges"]]
+        assert [int(v) for v in edges["reference_index"]] == [e["referenceIndex"] for e in hood["edges"]]
+        assert list(edges["citation_source"]) == [e["source"] for e in hood["edges"]]
+        assert [s.upper() for s in edges["resolution_status"]] == [e["resolution"]["status"] for e in hood["edges"]]
+        assert [s.upper() for s in edges["standing_state"]] == [e["standingNotice"]["state"] for e in hood["edges"]]
+        compared += len(hood["edges"])
+    assert compared > 100
+
+
+@pytest.mark.parametrize("query, status, message", [
+    ("", 400, "arxiv_id: required"),
+    ("arxiv_id=nonsense", 400, "arxiv_id:"),
+    ("arxiv_id=1501.00001&depth=4", 400, "depth: '4' is not allowed; give a whole number from 1 to 3"),
+    ("arxiv_id=1501.00001&depth=-1", 400, "depth:"),
+    ("arxiv_id=1501.00001&per_paper=101", 400, "per_paper: '101' is not allowed"),
+    ("arxiv_id=1501.00001&per_paper=ten", 400, "per_paper:"),
+    ("arxiv_id=1501.00001&direction=sideways", 400, "give inbound, outbound or both"),
+    ("arxiv_id=1501.00001&as_of=yesterday", 400, "as_of:"),
+    ("arxiv_id=1501.00001&as_of=1990-01-01T00:00:00Z", 404, "no paper 1501.00001 is known"),
+    ("arxiv_id=9912.99999", 404, "no paper 9912.99999"),
+])
+async def test_bad_export_requests_say_what_is_wrong(synthetic, query, status, message):
+    served, _, _ = synthetic
+    response = await served.client.get(f"/graph/neighbourhood.graphml?{query}")
+    assert response.status_code == status, response.text
+    assert message in response.json()["error"]["message"]
+
+
+async def test_an_unknown_export_format_is_not_found(synthetic):
+    served, _, _ = synthetic
+    response = await served.client.get("/graph/neighbourhood.xlsx?arxiv_id=1501.00001")
+    assert response.status_code == 404 and "neighbourhood.graphml" in response.text
+
+
+def export(url: str, *args: str, stderr=subprocess.PIPE) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "app.cli", "graph-export", *args],
+                          env={**os.environ, "DATABASE_URL": url}, stdout=subprocess.PIPE, stderr=stderr,
+                          timeout=600)
+
+
+async def facts(url: str, at: datetime) -> dict:
+    conn = await asyncpg.connect(url)
+    try:
+        return {
+            "edges": {str(r[0]) for r in await conn.fetch(
+                "SELECT observation_id FROM citation_observations WHERE visible_from <= $1", at)},
+            "papers": {r[0] for r in await conn.fetch(
+                "SELECT DISTINCT arxiv_id FROM paper_snapshots WHERE observed_at <= $1", at)},
+        }
+    finally:
+        await conn.close()
+
+
+@pytest.mark.parametrize("format", ["csv", "graphml", "ndjson", "parquet"])
+async def test_the_whole_graph_export_has_every_visible_observation_once(synthetic, tmp_path, format):
+    served, url, high = synthetic
+    at = high - timedelta(days=60)
+    target = tmp_path / f"graph.{format}"
+    done = export(url, "--format", format, "--as-of", whole(at), "--output", str(target))
+    assert done.returncode == 0, done.stderr.decode()
+    if format == "parquet":
+        nodes = pd.read_parquet(target / "nodes.parquet")
+        edges = pd.read_parquet(target / "edges.parquet")
+    else:
+        nodes, edges = read_back(format, target.read_bytes())
+    expected = await facts(url, at)
+    assert len(edges) == len(expected["edges"]) and set(edges["observation_id"]) == expected["edges"]
+    ids = list(nodes["id"])
+    assert len(ids) == len(set(ids)), "each node once"
+    kinds = dict(zip(nodes["id"], nodes["kind"]))
+    assert {i for i, k in kinds.items() if k == "paper"} == expected["papers"]
+    assert set(edges["source"]) <= expected["papers"] and set(edges["target"]) <= set(ids)
+    assert {"paper", "work", "reference"} == set(kinds.values())
+    references = [t for t in edges["target"] if kinds[t] == "reference"]
+    assert len(references) == len(set(references)), "an unlinked reference is a node of its own"
+    assert set(nodes["id"]) == set(edges["source"]) | set(edges["target"]) | expected["papers"]
+    assert f"{len(edges):,} edges" in done.stderr.decode()
+
+
+async def test_edge_attributes_agree_with_graphql(synthetic, tmp_path):
+    """Resolution, standing and the retraction flag of every edge, against GraphQL at the same instant."""
+    served, url, high = synthetic
+    at = whole(high)
+    conn = await asyncpg.connect(url)
+    try:
+        # Retract a few checked works a day before the instant, and reinstate one of them: both rules show.
+        works = [r[0] for r in await conn.fetch(
+            "SELECT DISTINCT o.work_id FROM citation_observations AS o JOIN standing_receipts AS r USING (work_id) "
+            "WHERE r.observed_at <= $1 ORDER BY 1 LIMIT 4", high - timedelta(days=2))]
+        assert len(works) == 4
+        await conn.executemany(
+            "INSERT INTO work_events (work_id, source, event_type, observed_at) VALUES ($1, 'retraction_watch', $2, $3)"
+            " ON CONFLICT DO NOTHING",
+            [(w, "retraction", high - timedelta(days=1)) for w in works]
+            + [(works[0], "reinstatement", high - timedelta(hours=1))])
+    finally:
+        await conn.close()
+    done = export(url, "--format", "ndjson", "--as-of", at)
+    assert done.returncode == 0
+    _, edges = read_back("ndjson", done.stdout)
+    by_id = edges.set_index("observation_id")
+    papers = sorted(set(edges["source"]))
+    retracted = 0
+    for start in range(0, len(papers), 10):
+        batch = papers[start:start + 10]
+        body = await served.graphql("""query($ids: [String!]!, $at: DateTime) { papers(arxivIds: $ids, asOf: $at) {
+            arxivId outbound(first: 100) { totalCount edges { node { observationId resolution { status }
+              standingNotice { state } citedPaper { arxivId } cited: citedWork { workId } } } }
+            retracted: outbound(citesRetracted: true, first: 100) { edges { node { observationId } } } } }""",
+                                    {"ids": batch, "at": at})
+        assert "errors" not in body, body
+        for paper in body["data"]["papers"]:
+            flagged = {e["node"]["observationId"] for e in paper["retracted"]["edges"]}
+            retracted += len(flagged)
+            assert paper["outbound"]["totalCount"] <= 100
+            for edge in paper["outbound"]["edges"]:
+                node = edge["node"]
+                row = by_id.loc[node["observationId"]]
+                assert row["resolution_status"].upper() == node["resolution"]["status"]
+                assert row["standing_state"].upper() == node["standingNotice"]["state"]
+                assert bool(row["cited_work_retracted"]) == (node["observationId"] in flagged)
+                if node["citedPaper"]:
+                    assert row["target"] == node["citedPaper"]["arxivId"]
+                elif node["cited"]["workId"]:
+                    assert row["target"] in (f"work:{node['cited']['workId']}", f"reference:{node['observationId']}")
+                else:
+                    assert row["target"] == f"reference:{node['observationId']}"
+    assert retracted > 0, "the graph has retracted works to compare"
+
+
+@pytest.mark.parametrize("direction, depth", [("outbound", 2), ("both", 1), ("inbound", 2)])
+async def test_a_rooted_export_is_the_uncapped_neighbourhood(synthetic, direction, depth):
+    """Where GraphQL's walk is not cut by perPaper (100), the uncapped export holds the same papers and edges."""
+    served, url, high = synthetic
+    at = whole(high)
+    conn = await asyncpg.connect(url)
+    try:
+        # A root whose walk stays under the caps: few citers and few references at every hop.
+        candidates = [r[0] for r in await conn.fetch(
+            "SELECT arxiv_id FROM paper_snapshots GROUP BY 1 ORDER BY 1 DESC LIMIT 40")]
+    finally:
+        await conn.close()
+    for root in candidates:
+        body = await served.graphql(HOOD, {"id": root, "direction": direction.upper(), "depth": depth, "per": 100,
+                                           "asOf": at})
+        hood = body["data"]["neighbourhood"]
+        if hood is None or hood["truncated"] or len(hood["edges"]) < 3:
+            continue
+        done = export(url, "--format", "ndjson", "--as-of", at, "--root", root, "--direction", direction,
+                      "--depth", str(depth))
+        assert done.returncode == 0, done.stderr.decode()
+        nodes, edges = read_back("ndjson", done.stdout)
+        assert set(nodes["id"]) == {p["arxivId"] for p in hood["papers"]}
+        assert set(edges["observation_id"]) == {e["observationId"] for e in hood["edges"]}
+        assert len(edges) == len(hood["edges"])
+        return
+    pytest.fail("no root with an uncut walk among the candidates")
+
+
+async def test_graph_export_refuses_bad_arguments(synthetic, tmp_path):
+    _, url, _ = synthetic
+    for args, message in [(["--format", "parquet"], "give --output FOLDER"),
+                          (["--format", "csv", "--root", "1501.00001", "--depth", "0"], "--depth 0 is out of range"),
+                          (["--format", "csv", "--as-of", "soon"], "not a valid instant"),
+                          (["--format", "csv", "--root", "9912.99999", "-o", str(tmp_path / "x.zip")],
+                           "no paper 9912.99999")]:
+        done = export(url, *args)
+        assert done.returncode != 0 and message in done.stderr.decode(), (args, done.stderr.decode())
+
+
+async def test_a_progress_bar_on_a_terminal_only(synthetic, tmp_path):
+    _, url, _ = synthetic
+    plain = export(url, "--format", "ndjson", "-o", str(tmp_path / "a.ndjson"))
+    assert "[###" not in plain.stderr.decode()
+    leader, follower = pty.openpty()
+    try:
+        done = export(url, "--format", "ndjson", "-o", str(tmp_path / "b.ndjson"), stderr=follower)
+        os.close(follower)
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        os.close(leader)
+    assert done.returncode == 0
+    assert b"[##############################]" in seen and b"nodes and edges" in seen
+    assert (tmp_path / "a.ndjson").read_bytes().count(b"\n") == (tmp_path / "b.ndjson").read_bytes().count(b"\n")
+
+
+async def test_the_10000_paper_graph_exports_every_visible_observation_in_flat_memory(admin_url, tmp_path):
+    """Uncapped, streamed: as many edges as visible observations (one count), and the exporter's peak memory
+    stays far below what holding 400,000 edges would take."""
+    url = await create_database(admin_url, "pith_test_export10k")
+    try:
+        done = subprocess.run([sys.executable, "-m", "app.cli", "synth", "--papers", "10000", "--seed", "3"],
+                              env={**os.environ, "DATABASE_URL": url}, capture_output=True, timeout=600)
+        assert done.returncode == 0, done.stderr.decode()[-2000:]
+        conn = await asyncpg.connect(url)
+        try:
+            now = await conn.fetchval("SELECT date_trunc('second', now())")
+            visible = await conn.fetchval("SELECT count(*) FROM citation_observations WHERE visible_from <= $1", now)
+        finally:
+            await conn.close()
+        out = tmp_path / "graph.ndjson"
+        run = measured([sys.executable, "-m", "app.cli", "graph-export", "--format", "ndjson", "--as-of", whole(now),
+                        "-o", str(out)], {**os.environ, "DATABASE_URL": url}, timeout=600)
+        assert run["exit"] == 0, run["stderr"]
+        edges = 0
+        with out.open("rb") as lines:
+            for line in lines:
+                edges += line.startswith(b'{"type":"edge"')
+        assert visible > 300_000 and edges == visible
+        # Holding the edges would take several hundred MB; streaming keeps the exporter near its start-up size.
+        assert run["peak_mb"] < 150, f"peak RSS {run['peak_mb']:.0f} MB"
+    finally:
+        await drop_database(admin_url, url)
