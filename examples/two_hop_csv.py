@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import sys
-import urllib.error
-import urllib.request
+
+from graphql_client import query
 
 QUERY = """
 query TwoHop($id: String!, $perPaper: Int!, $asOf: DateTime) {
@@ -44,22 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-paper", type=int, default=100, help="edges followed per paper (1 to 100)")
     args = parser.parse_args(argv)
 
-    variables = {"id": args.arxiv_id, "perPaper": args.per_paper, "asOf": args.as_of}
-    request = urllib.request.Request(args.url, data=json.dumps({"query": QUERY, "variables": variables}).encode(),
-                                     headers={"Content-Type": "application/json", "Accept": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            body = json.load(response)
-    except urllib.error.HTTPError as exc:  # a GraphQL error body comes with a 4xx
-        body = json.load(exc)
-    except (urllib.error.URLError, OSError) as exc:
-        print(f"error: cannot reach {args.url}: {exc}", file=sys.stderr)
-        return 1
-    if body.get("errors"):
-        for error in body["errors"]:
-            print(f"error: {error['message']}", file=sys.stderr)
-        return 1
-    hood = body["data"]["neighbourhood"]
+    hood = query(args.url, QUERY, {"id": args.arxiv_id, "perPaper": args.per_paper,
+                                   "asOf": args.as_of})["neighbourhood"]
     if hood is None:
         print(f"error: no paper {args.arxiv_id} at that instant", file=sys.stderr)
         return 1

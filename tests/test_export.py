@@ -3,14 +3,17 @@ networkx, pandas and plain json, compared with GraphQL and with the database."""
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 import os
 import pty
 import subprocess
 import sys
+import tempfile
 import zipfile
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import asyncpg
 import networkx as nx
@@ -19,7 +22,7 @@ import pytest
 import pytest_asyncio
 
 from bench.export import measured
-from tests.conftest import StatementLog, create_database, drop_database, serve
+from tests.conftest import LiveServer, StatementLog, create_database, drop_database, serve
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -176,6 +179,12 @@ async def test_the_whole_graph_export_has_every_visible_observation_once(synthet
         edges = pd.read_parquet(target / "edges.parquet")
     else:
         nodes, edges = read_back(format, target.read_bytes())
+    if format == "graphml":
+        import igraph
+
+        g = igraph.Graph.Read_GraphML(str(target))
+        assert (g.vcount(), g.ecount()) == (len(nodes), len(edges)) and g.is_directed()
+        assert sorted(g.es["observation_id"]) == sorted(edges["observation_id"])
     expected = await facts(url, at)
     assert len(edges) == len(expected["edges"]) and set(edges["observation_id"]) == expected["edges"]
     ids = list(nodes["id"])
@@ -332,3 +341,114 @@ async def test_the_10000_paper_graph_exports_every_visible_observation_in_flat_m
         assert run["peak_mb"] < 150, f"peak RSS {run['peak_mb']:.0f} MB"
     finally:
         await drop_database(admin_url, url)
+
+
+# --- the README's research recipes, run from examples/ against a server over the same graph ----------
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+@pytest.fixture(scope="module")
+def server(synthetic):
+    _, url, _ = synthetic
+    live = LiveServer(url)
+    yield live
+    live.stop()
+
+
+def recipe(name: str, *args: str, plain: bool = True) -> subprocess.CompletedProcess:
+    # -S (no site-packages): the standard-library recipes run on a plain Python install.
+    return subprocess.run([sys.executable, *(["-S"] if plain else []), str(EXAMPLES / name), *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+async def test_recipe_papers_whose_references_were_retracted_between_two_dates(synthetic, server):
+    _, url, high = synthetic
+    start, end = high - timedelta(days=20), high - timedelta(days=5)
+    conn = await asyncpg.connect(url)
+    try:
+        papers = [r[0] for r in await conn.fetch(
+            "SELECT citing_arxiv_id FROM citation_observations WHERE work_id IS NOT NULL GROUP BY 1 "
+            "ORDER BY count(*) DESC, 1 LIMIT 40")]
+        # Retract one work cited by each of ten papers inside the window, and one just outside it.
+        works = [await conn.fetchval("SELECT work_id FROM citation_observations WHERE citing_arxiv_id = $1 AND "
+                                     "work_id IS NOT NULL AND visible_from <= $2 ORDER BY reference_index DESC LIMIT 1",
+                                     p, start) for p in papers[:11]]
+        await conn.executemany(
+            "INSERT INTO work_events (work_id, source, event_type, observed_at, notice_doi) "
+            "VALUES ($1, 'retraction_watch', $2, $3, '10.5555/notice') ON CONFLICT DO NOTHING",
+            [(w, "retraction" if i % 2 else "withdrawal", start + timedelta(days=1 + i)) for i, w in enumerate(works[:10])]
+            + [(works[10], "retraction", end + timedelta(seconds=1))])
+        # What the recipe must find, straight from the tables: every retraction or withdrawal in (start, end]
+        # of a work each paper cites, at the paper's first reference to that work.
+        expected = sorted((r[0], r[1], r[2]) for r in await conn.fetch(
+            """SELECT o.citing_arxiv_id, min(o.reference_index), e.event_type FROM citation_observations AS o
+               JOIN work_events AS e USING (work_id)
+               WHERE o.citing_arxiv_id = ANY($1) AND o.visible_from <= $3
+                 AND e.event_type IN ('retraction', 'withdrawal') AND e.observed_at > $2 AND e.observed_at <= $3
+               GROUP BY o.citing_arxiv_id, o.work_id, e.event_type, e.observed_at, e.source""",
+            papers, start, end))
+    finally:
+        await conn.close()
+    ids_file = Path(tempfile.mkdtemp()) / "corpus.txt"
+    ids_file.write_text("# a corpus\n" + "\n".join(papers[20:]) + "\n")
+    done = recipe("retracted_references.py", "--url", server.base + "/graphql", "--from", whole(start),
+                  "--to", whole(end), *papers[:20], "--ids-file", str(ids_file))
+    assert done.returncode == 0, done.stderr
+    rows = list(csv.DictReader(io.StringIO(done.stdout)))
+    assert len(expected) >= 10
+    assert sorted((r["arxiv_id"], int(r["reference_index"]), r["event"]) for r in rows) == expected
+    assert f"{len(expected)} retracted or withdrawn references among 40 papers" in done.stderr
+
+
+async def test_recipe_citation_growth_month_by_month(synthetic, server):
+    _, url, _ = synthetic
+    conn = await asyncpg.connect(url)
+    try:
+        paper = await conn.fetchval("SELECT cited_arxiv_id FROM citation_observations WHERE cited_arxiv_id IS NOT "
+                                    "NULL GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT 1")
+        done = recipe("citation_growth.py", paper, "--url", server.base + "/graphql")
+        assert done.returncode == 0, done.stderr
+        rows = list(csv.DictReader(io.StringIO(done.stdout)))
+        assert len(rows) >= 3
+        months = [r["month"] for r in rows]
+        assert months == sorted(months) and len(set(months)) == len(months)
+        previous = 0
+        for row in rows:
+            year, month = int(row["month"][:4]), int(row["month"][5:])
+            following = datetime(year + month // 12, month % 12 + 1, 1, tzinfo=timezone.utc)
+            # Visible by the month's last whole second (a fact at 23:59:59.5 shows the next month).
+            visible = await conn.fetchval("SELECT count(*) FROM citation_observations WHERE cited_arxiv_id = $1 "
+                                          "AND visible_from <= $2", paper, following - timedelta(seconds=1))
+            assert int(row["citations"]) == visible, row
+            assert int(row["new"]) == visible - previous
+            previous = visible
+        assert previous == await conn.fetchval(
+            "SELECT count(*) FROM citation_observations WHERE cited_arxiv_id = $1 AND visible_from <= now()", paper)
+    finally:
+        await conn.close()
+
+
+async def test_recipe_two_hop_neighbourhood_into_networkx(synthetic, server):
+    served, _, _ = synthetic
+    root = "1501.00003"
+    body = await served.graphql(HOOD, {"id": root, "direction": "BOTH", "depth": 2, "per": 20})
+    hood = body["data"]["neighbourhood"]
+    done = recipe("two_hop_networkx.py", root, "--base", server.base, "--direction", "both", "--per-paper", "20",
+                  "--top", "5", plain=False)
+    assert done.returncode == 0, done.stderr
+    assert f"{len(hood['papers'])} papers, {len(hood['edges'])} citations" in done.stderr
+    cited: dict[str, int] = {}
+    for e in hood["edges"]:
+        cited[e["citedPaper"]["arxivId"]] = cited.get(e["citedPaper"]["arxivId"], 0) + 1
+    top = sorted(({p["arxivId"] for p in hood["papers"]}), key=lambda a: (-cited.get(a, 0), a))[:5]
+    rows = list(csv.DictReader(io.StringIO(done.stdout)))
+    assert [(r["arxiv_id"], int(r["cited_within_walk"])) for r in rows] == [(a, cited.get(a, 0)) for a in top]
+
+
+async def test_recipes_report_errors(server):
+    done = recipe("citation_growth.py", "nonsense", "--url", server.base + "/graphql")
+    assert done.returncode == 1 and "arxivId" in done.stderr
+    done = recipe("retracted_references.py", "--from", "2026-06-01T00:00:00Z", "--to", "2026-01-01T00:00:00Z",
+                  "1501.00001", "--url", server.base + "/graphql")
+    assert done.returncode == 1 and "before from" in done.stderr
