@@ -20,6 +20,8 @@ import networkx as nx
 import pandas as pd
 import pytest
 import pytest_asyncio
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from bench.export import measured
 from tests.conftest import LiveServer, StatementLog, create_database, drop_database, serve
@@ -140,6 +142,22 @@ async def test_bad_export_requests_say_what_is_wrong(synthetic, query, status, m
     response = await served.client.get(f"/graph/neighbourhood.graphml?{query}")
     assert response.status_code == status, response.text
     assert message in response.json()["error"]["message"]
+
+
+@settings(max_examples=int(os.environ.get("PITH_FUZZ_EXAMPLES", "80")), deadline=None,
+          suppress_health_check=list(HealthCheck))
+@given(format=st.sampled_from(["csv", "graphml", "ndjson", "xml", "csv.zip", ""]),
+       params=st.dictionaries(
+           st.sampled_from(["arxiv_id", "direction", "depth", "per_paper", "as_of", "other"]),
+           st.one_of(st.text(max_size=40), st.sampled_from(
+               ["1501.00001", "both", "OUTBOUND", "2", "100", "0", "²", "1e3", "-1", " 3 ", "2026-07-01T00:00:00Z",
+                "2026-07-01", "9" * 40]))))
+async def test_no_export_request_gets_a_server_error(synthetic, format, params):
+    served, _, _ = synthetic
+    response = await served.client.get(f"/graph/neighbourhood.{format}", params=params)
+    assert response.status_code in (200, 400, 404), (params, response.status_code, response.text[:300])
+    if response.status_code != 200:
+        assert response.json()["error"]["message"]
 
 
 async def test_an_unknown_export_format_is_not_found(synthetic):

@@ -333,10 +333,11 @@ def _bounded(request: Request, name: str, default: int, low: int, high: int) -> 
     raw = request.query_params.get(name)
     if raw is None:
         return default
-    if not raw.strip().isdigit() or not low <= int(raw) <= high:
+    text = raw.strip()
+    if not (text.isascii() and text.isdigit() and len(text) <= 9 and low <= int(text) <= high):
         shown = raw if len(raw) <= 40 else raw[:40] + "..."
         raise BadRequest(f"{name}: {shown!r} is not allowed; give a whole number from {low} to {high}")
-    return int(raw)
+    return int(text)
 
 
 def _walk_arguments(request: Request) -> tuple[str, tuple[str, ...], int, int, "datetime"]:
