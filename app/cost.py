@@ -216,7 +216,7 @@ def _validated(schema: Any, document: Any, rules: tuple) -> list[GraphQLError]:
 
 
 @lru_cache(maxsize=1024)
-def _plan(schema: Any, document: Any, operation_name: str | None) -> tuple[bool, bool]:
+def _plan(schema: Any, document: Any, operation_name: str | None, compiled: bool = False) -> tuple[bool, bool]:
     """(one statement, whether any argument the budget reads comes from a variable) for a document."""
     from graphql import VariableNode, visit
     from graphql.language import Visitor
@@ -232,7 +232,17 @@ def _plan(schema: Any, document: Any, operation_name: str | None) -> tuple[bool,
                 Sized.found = True
 
     visit(document, Sized())
-    return one_statement(schema, document, operation_name), Sized.found
+    single = one_statement(schema, document, operation_name) or (compiled and _compiles(document, operation_name))
+    return single, Sized.found
+
+
+def _compiles(document: Any, operation_name: str | None) -> bool:
+    """A compiled operation is one statement (app.compiled); if it falls back, it asks for a transaction."""
+    from app.compiled import compiled_for
+
+    operations = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)
+                  and (operation_name is None or (d.name is not None and d.name.value == operation_name))]
+    return len(operations) == 1 and compiled_for(operations[0]) is not None
 
 
 class RequestPipeline(SchemaExtension):
@@ -271,7 +281,8 @@ class RequestPipeline(SchemaExtension):
         error: GraphQLError | None = None
         document = ctx.graphql_document
         if document is not None:
-            single, sized_by_variables = _plan(ctx.schema._schema, document, ctx.operation_name)
+            compiled = getattr(ctx.schema.execution_context_class, "compiled", False)
+            single, sized_by_variables = _plan(ctx.schema._schema, document, ctx.operation_name, compiled)
             try:
                 self.nodes = query_nodes(document, ctx.operation_name, ctx.variables,
                                          ctx.schema._schema if sized_by_variables else None)

@@ -173,3 +173,32 @@ class DirectExecutionContext(StrawberryGraphQLCoreExecutionContext):
                 return False
         return True
 
+
+
+class CompiledExecutionContext(DirectExecutionContext):
+    """Answers an operation app.compiled can compile with its one statement; anything else, and a compiled
+    operation whose arguments the ordinary path would refuse, executes as DirectExecutionContext does."""
+
+    compiled = True  # read by the request pipeline: a compiled operation is planned as one statement
+
+    def execute_collected_root_fields(self, root_type, root_value, grouped_field_set, serially,  # type: ignore[override]
+                                      new_defer_usages):
+        from app.compiled import compiled_for, run
+
+        compiled = compiled_for(self.operation)
+        if compiled is None:
+            return super().execute_collected_root_fields(root_type, root_value, grouped_field_set, serially,
+                                                         new_defer_usages)
+
+        async def answer() -> Any:
+            data = await run(compiled, self)
+            if data is not None:
+                return data
+            session = getattr(self.context_value, "session", None)
+            if session is not None and session.statements == 0:
+                session.single_statement = False  # the ordinary path may need several statements
+            result = super(CompiledExecutionContext, self).execute_collected_root_fields(
+                root_type, root_value, grouped_field_set, serially, new_defer_usages)
+            return await result if self.is_awaitable(result) else result
+
+        return answer()

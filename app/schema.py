@@ -272,7 +272,8 @@ LIMIT_RULES: tuple = (*QueryDepthLimiter(max_depth=MAX_DEPTH).validation_rules,
                       *MaxAliasesLimiter(max_alias_count=MAX_ALIASES).validation_rules)
 
 
-def make_schema(*, introspection: bool = True, production: bool = False, direct: bool = True) -> strawberry.Schema:
+def make_schema(*, introspection: bool = True, production: bool = False, direct: bool = True,
+                compiled: bool = True) -> strawberry.Schema:
     from functools import partial
 
     from strawberry.extensions import DisableIntrospection
@@ -280,7 +281,7 @@ def make_schema(*, introspection: bool = True, production: bool = False, direct:
     extensions: list = [partial(RequestPipeline, rules=LIMIT_RULES, max_tokens=MAX_TOKENS)]
     if not introspection:
         extensions.insert(0, DisableIntrospection)
-    from app.execution import DirectExecutionContext
+    from app.execution import CompiledExecutionContext, DirectExecutionContext
 
     from app.types.live import Subscription
 
@@ -288,7 +289,8 @@ def make_schema(*, introspection: bool = True, production: bool = False, direct:
         query=Query,
         subscription=Subscription,
         extensions=extensions,
-        execution_context_class=DirectExecutionContext if direct else None,
+        execution_context_class=(CompiledExecutionContext if direct and compiled else DirectExecutionContext
+                                 if direct else None),
         config=StrawberryConfig(disable_field_suggestions=production, scalar_map=SCALARS),
     )
 

@@ -33,7 +33,7 @@ import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import asyncpg
 import httpx
@@ -133,6 +133,13 @@ def start_peer(url: str, processes: int, probe_id: str) -> Running:
     if processes > 1:
         command += ["--cluster-workers", str(processes)]
     return Running("postgraphile", command, dict(os.environ), port, payload("peer", "Q2", probe_id))
+
+
+def start_ceiling(url: str, probe_id: str) -> Running:
+    """bench/ceiling.py: one asyncpg statement under uvicorn, nothing else (Q2 only)."""
+    port = free_port()
+    return Running("ceiling", [sys.executable, str(ROOT / "bench" / "ceiling.py"), "--port", str(port)],
+                   {**os.environ, "DATABASE_URL": url}, port, payload("pith", "Q2", probe_id))
 
 
 def payload(server: str, question: str, arxiv_id: str, at: str = AS_OF) -> dict:
@@ -259,6 +266,7 @@ def compare(url: str, *, seconds: int = 10, rounds: int = 3, requests: int = 300
     for n in processes:
         pith = start_pith(url, n, ids[0])
         peer = start_peer(url, n, ids[0])
+        ceiling = start_ceiling(url, ids[0]) if n == 1 else None
         try:
             if n == processes[0]:
                 rng = random.Random(seed)
@@ -269,12 +277,15 @@ def compare(url: str, *, seconds: int = 10, rounds: int = 3, requests: int = 300
             for question, target in (("Q2", "random"), ("Q1", "random"), ("Q1", "most_cited")):
                 chosen = ids if target == "random" else [hot]
                 key = f"{question}_{target}_{n}p"
-                runs: dict[str, list] = {"pith": [], "postgraphile": []}
+                servers = [("pith", pith, "pith"), ("postgraphile", peer, "peer")]
+                if ceiling is not None and question == "Q2":
+                    servers.append(("ceiling", ceiling, "pith"))
+                runs: dict[str, list] = {name: [] for name, _, _ in servers}
                 for r in range(rounds):  # interleaved: pith, peer, pith, peer ...
-                    for name, server, kind in (("pith", pith, "pith"), ("postgraphile", peer, "peer")):
+                    for name, server, kind in servers:
                         runs[name].append(wrk(server.base, kind, question, chosen, seconds, seed + r))
                 entry: dict[str, Any] = {}
-                for name, server, kind in (("pith", pith, "pith"), ("postgraphile", peer, "peer")):
+                for name, server, kind in servers:
                     rps = statistics.median(x["rps"] for x in runs[name])
                     entry[name] = {"rps": rps, "rps_runs": [x["rps"] for x in runs[name]],
                                    "errors": any(x["errors"] for x in runs[name])}
@@ -282,6 +293,9 @@ def compare(url: str, *, seconds: int = 10, rounds: int = 3, requests: int = 300
                         entry[name].update(sequential(server.base, kind, question, chosen,
                                                       max(20, requests // (3 if target == "most_cited" else 1)), seed))
                 entry["throughput_ratio"] = entry["pith"]["rps"] / entry["postgraphile"]["rps"]
+                if "ceiling" in entry:
+                    entry["ceiling_ratio"] = entry["ceiling"]["rps"] / entry["postgraphile"]["rps"]
+                    entry["pith_of_ceiling"] = entry["pith"]["rps"] / entry["ceiling"]["rps"]
                 if n == 1:
                     entry["p99_ratio"] = entry["pith"]["p99_ms"] / entry["postgraphile"]["p99_ms"]
                     entry["p50_ratio"] = entry["pith"]["p50_ms"] / entry["postgraphile"]["p50_ms"]
@@ -291,6 +305,8 @@ def compare(url: str, *, seconds: int = 10, rounds: int = 3, requests: int = 300
         finally:
             pith.stop()
             peer.stop()
+            if ceiling is not None:
+                ceiling.stop()
     return result
 
 

@@ -502,6 +502,14 @@ def peer_report(latest: dict[int, dict]) -> list[str]:
                            f"{e['p99_ratio']:.2f}x {met('P99', e['p99_ratio'])}") if "p99_ratio" in e else ("-", "-", "-")
                 lines.append(f"| {label} | {n} | {e['pith']['rps']:.0f} | {e['postgraphile']['rps']:.0f} | "
                              f"{ratio:.2f}x | {met(target, ratio)} | {latency[0]} | {latency[1]} | {latency[2]} |")
+        ceilings = [(key, e) for key, e in p["runs"].items() if "ceiling" in e]
+        for key, e in ceilings:
+            lines += ["", f"The stack's ceiling on {key.split('_')[0]} ({key}): a bare ASGI app under the same uvicorn "
+                      "answering with one asyncpg statement and nothing else (`bench/ceiling.py`) does "
+                      f"{e['ceiling']['rps']:.0f} rps = **{e['ceiling_ratio']:.2f}x PostGraphile** (p50 / p99 "
+                      f"{e['ceiling']['p50_ms']:.2f} / {e['ceiling']['p99_ms']:.2f} ms); pith-graph does "
+                      f"{e['pith_of_ceiling']:.2f}x of that ceiling. No service on this stack can beat "
+                      f"{e['ceiling_ratio']:.2f}x here."]
     return lines
 
 

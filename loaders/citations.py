@@ -67,26 +67,23 @@ def detail_joins(outer: bool = False) -> str:
     return ("LEFT " if outer else "") + _DETAIL_JOINS_AFTER_CITING
 
 
-_DETAIL_JOINS_AFTER_CITING: Final = """JOIN LATERAL (
-    SELECT * FROM paper_snapshots AS s
-    WHERE s.arxiv_id = o.citing_arxiv_id AND s.observed_at <= $AS
+def _latest(table: str, key: str, on: str) -> str:
+    return f"""(
+    SELECT * FROM {table} AS s
+    WHERE s.{key} = o.{on} AND s.observed_at <= $AS
     ORDER BY s.observed_at DESC LIMIT 1
-) AS c ON true
-LEFT JOIN LATERAL (
-    SELECT * FROM paper_snapshots AS s
-    WHERE s.arxiv_id = o.cited_arxiv_id AND s.observed_at <= $AS
-    ORDER BY s.observed_at DESC LIMIT 1
-) AS d ON true
-LEFT JOIN LATERAL (
-    SELECT * FROM work_snapshots AS s
-    WHERE s.work_id = o.work_id AND s.observed_at <= $AS
-    ORDER BY s.observed_at DESC LIMIT 1
-) AS w ON true
-LEFT JOIN LATERAL (
-    SELECT * FROM resolutions AS s
-    WHERE s.observation_id = o.observation_id AND s.observed_at <= $AS
-    ORDER BY s.observed_at DESC LIMIT 1
-) AS r ON true"""
+)"""
+
+
+# The latest snapshot or resolution at the instant ($AS) of each row o, by alias: c the citing paper,
+# d the cited paper, w the work, r the resolution.
+LATERALS: Final = {
+    "c": "JOIN LATERAL " + _latest("paper_snapshots", "arxiv_id", "citing_arxiv_id") + " AS c ON true",
+    "d": "LEFT JOIN LATERAL " + _latest("paper_snapshots", "arxiv_id", "cited_arxiv_id") + " AS d ON true",
+    "w": "LEFT JOIN LATERAL " + _latest("work_snapshots", "work_id", "work_id") + " AS w ON true",
+    "r": "LEFT JOIN LATERAL " + _latest("resolutions", "observation_id", "observation_id") + " AS r ON true",
+}
+_DETAIL_JOINS_AFTER_CITING: Final = "\n".join(LATERALS.values())
 _DETAIL_JOINS: Final = "\n" + detail_joins()
 
 

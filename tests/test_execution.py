@@ -119,8 +119,18 @@ async def test_a_single_lookup_sends_one_statement_and_no_transaction(graph):
 
 async def test_several_statements_still_read_one_snapshot(graph):
     graph.statements.clear()
-    body = await graph.graphql('{ paper(arxivId: "%s") { title inbound(first: 3) { totalCount } } }' % HUB)
+    # Two roots: not compiled into one statement (app.compiled), so two statements in one snapshot.
+    body = await graph.graphql('{ paper(arxivId: "%s") { title inbound(first: 3) { totalCount } } '
+                               'again: paper(arxivId: "%s") { title } }' % (HUB, HUB))
     assert body["data"]["paper"]["inbound"]["totalCount"] == 250
     control = [q for q in graph.statements.queries if q.strip().upper().startswith(TRANSACTION_CONTROL)]
     assert control and "REPEATABLE READ" in control[0].upper(), graph.statements.queries
-    assert len(graph.statements.counted) == 2  # the paper and the count (no edges asked for)
+    assert len(graph.statements.counted) == 2  # the paper (both roots, batched) and the count
+
+
+async def test_a_compiled_query_is_one_statement_without_a_transaction(graph):
+    graph.statements.clear()
+    body = await graph.graphql('{ paper(arxivId: "%s") { title inbound(first: 3) { totalCount } } }' % HUB)
+    assert body["data"]["paper"]["inbound"]["totalCount"] == 250
+    assert not [q for q in graph.statements.queries if q.strip().upper().startswith(TRANSACTION_CONTROL)]
+    assert len(graph.statements.counted) == 1 and body["extensions"]["cost"]["statements"] == 1

@@ -1,0 +1,256 @@
+"""Compiled queries: a `paper` lookup and its inbound/outbound first pages as one SQL statement that
+builds the response's JSON inside PostgreSQL, as PostGraphile does.
+
+Which documents compile: one root field, `paper(arxivId, asOf)`, selecting (without fragments,
+directives or repeated response keys) Paper's scalar fields and `id`, and `inbound(first)` /
+`outbound(first)` connections with `totalCount`, `edges { node }` and `nodes`, whose nodes select
+CitationObservation's scalar fields, `id`, `citingPaper`, `citedPaper` (scalar fields) and
+`resolution`. Anything else, and any argument the ordinary path would refuse (a malformed arXiv id,
+`first` out of range), runs the ordinary way, so errors are what the schema makes of them. Values are
+the same as the ordinary path's to the byte: tests run both over random selections, papers and
+instants and compare the responses.
+
+A compiled operation is one statement, so it runs without a transaction (one statement reads one
+snapshot) and its `extensions.cost.statements` is 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Final
+
+from graphql import FieldNode, OperationDefinitionNode, OperationType
+
+from loaders.citations import LATERALS
+
+
+def _dt(expr: str) -> str:
+    """A timestamptz as the DateTime scalar writes it: UTC, seconds, microseconds only when not zero, Z."""
+    utc = f"({expr}) AT TIME ZONE 'UTC'"
+    return (f"(to_char({utc}, 'YYYY-MM-DD\"T\"HH24:MI:SS') || CASE WHEN date_part('microseconds', {expr})::bigint"
+            f" % 1000000 <> 0 THEN to_char({utc}, '.US') ELSE '' END || 'Z')")
+
+
+def _gid(kind: str, key: str) -> str:
+    """A global id as app.types.node.global_id makes it: base64url of "Kind:key" without padding."""
+    return (f"rtrim(translate(encode(convert_to('{kind}:' || {key}, 'UTF8'), 'base64'), E'+/\\n', '-_'), '=')")
+
+
+def _paper_fields(a: str) -> dict[str, str]:
+    return {"arxivId": f"{a}.arxiv_id", "title": f"{a}.title", "latestVersion": f"{a}.latest_version",
+            "primaryCategory": f"{a}.primary_category", "submittedAt": _dt(f"{a}.submitted_at"),
+            "lastUpdated": _dt(f"{a}.last_updated"), "snapshotObservedAt": _dt(f"{a}.observed_at"),
+            "id": _gid("Paper", f"{a}.arxiv_id"), "__typename": "'Paper'"}
+
+
+_OBSERVATION_FIELDS: Final = {
+    "observationId": "o.observation_id::text", "referenceIndex": "o.reference_index", "source": "o.source",
+    "sourceObservedAt": _dt("o.source_observed_at"), "id": _gid("CitationObservation", "o.observation_id::text"),
+    "__typename": "'CitationObservation'"}
+# Unresolved as of the parse until a resolution is recorded (loaders.citations.observation_from).
+_RESOLUTION_FIELDS: Final = {
+    "status": "upper(coalesce(r.status, 'unresolved'))", "observedAt": _dt("coalesce(r.observed_at, o.source_observed_at)"),
+    "resolverSource": "r.resolver_source", "__typename": "'Resolution'"}
+# Per direction: the observations' key column, the record order, the page's index-only columns.
+_SIDES: Final = {
+    "inbound": ("cited_arxiv_id", ("citing_arxiv_id", "reference_index", "observation_id")),
+    "outbound": ("citing_arxiv_id", ("reference_index", "observation_id")),
+}
+MAX_FIRST: Final = 100
+
+
+class Unsupported(Exception):
+    """The document has something this compiler does not do: the ordinary path answers it."""
+
+
+@dataclass(frozen=True)
+class Compiled:
+    response_key: str
+    sql: str
+    field: FieldNode
+    limits: tuple[FieldNode, ...]  # the connections whose `first` becomes $3, $4, ... in order
+
+
+def _fields(selection_set: Any) -> list[FieldNode]:
+    if selection_set is None:
+        raise Unsupported("no selection")
+    fields = []
+    for s in selection_set.selections:
+        if not isinstance(s, FieldNode) or s.directives:
+            raise Unsupported("fragments or directives")
+        fields.append(s)
+    keys = [(f.alias or f.name).value for f in fields]
+    if len(keys) != len(set(keys)):
+        raise Unsupported("a response key twice")
+    return fields
+
+
+def _object(pairs: list[tuple[str, str]]) -> str:
+    if not pairs:
+        raise Unsupported("empty selection")
+    if len(pairs) > 50:
+        raise Unsupported("json_build_object takes at most 100 arguments")
+    return "json_build_object(" + ", ".join(f"'{key}', {expr}" for key, expr in pairs) + ")"
+
+
+def _key(f: FieldNode) -> str:
+    key = (f.alias or f.name).value
+    if not key.replace("_", "").isalnum():
+        raise Unsupported("unexpected name")
+    return key
+
+
+class _Compiler:
+    def __init__(self) -> None:
+        self.limits: list[FieldNode] = []
+
+    def leaves(self, selection: Any, table: dict[str, str], nested: dict[str, Callable[[FieldNode], str]] | None = None
+               ) -> str:
+        pairs = []
+        for f in _fields(selection):
+            name = f.name.value
+            if nested and name in nested:
+                pairs.append((_key(f), nested[name](f)))
+            elif name in table and not f.arguments and f.selection_set is None:
+                pairs.append((_key(f), table[name]))
+            else:
+                raise Unsupported(f"field {name}")
+        return _object(pairs)
+
+    def paper(self, selection: Any, alias: str, connections: bool) -> str:
+        nested = {"inbound": self.connection, "outbound": self.connection} if connections else None
+        return self.leaves(selection, _paper_fields(alias), nested)
+
+    def observation(self, f: FieldNode) -> str:
+        def paper_of(alias: str) -> Callable[[FieldNode], str]:
+            def build(g: FieldNode) -> str:
+                if g.arguments:
+                    raise Unsupported("arguments")
+                body = self.paper(g.selection_set, alias, connections=False)
+                return body if alias == "c" else f"CASE WHEN d.arxiv_id IS NULL THEN NULL ELSE {body} END"
+            return build
+
+        def resolution(g: FieldNode) -> str:
+            if g.arguments:
+                raise Unsupported("arguments")
+            return self.leaves(g.selection_set, _RESOLUTION_FIELDS)
+
+        return self.leaves(f.selection_set, _OBSERVATION_FIELDS,
+                           {"citingPaper": paper_of("c"), "citedPaper": paper_of("d"), "resolution": resolution})
+
+    def connection(self, f: FieldNode) -> str:
+        direction = f.name.value
+        if any(a.name.value != "first" for a in f.arguments or ()):
+            raise Unsupported("connection arguments other than first")
+        column, order = _SIDES[direction]
+        visible = f"o.{column} = p.arxiv_id AND o.visible_from <= $2"
+        limit: list[str] = []  # the page size's parameter, taken when a page is selected
+
+        def items(node: Callable[[], str]) -> str:
+            if not limit:
+                self.limits.append(f)
+                limit.append(f"${2 + len(self.limits)}")
+            text = node()
+            joins = "\n".join(LATERALS[a].replace("$AS", "$2") for a in ("c", "d", "r") if f"{a}." in text)
+            keys = ", ".join(f"page.{k}" for k in order)
+            return (f"(SELECT coalesce(json_agg({text} ORDER BY {keys}), '[]'::json) FROM ("
+                    f"SELECT {', '.join('o.' + k for k in order)} FROM citation_observations AS o WHERE {visible} "
+                    f"ORDER BY {', '.join('o.' + k for k in order)} LIMIT {limit[0]}) AS page "
+                    f"JOIN citation_observations AS o ON o.observation_id = page.observation_id {joins})")
+
+        def edges(g: FieldNode) -> str:
+            if g.arguments:
+                raise Unsupported("arguments")
+            inner = {"node": lambda n: self.observation(n)}
+            return items(lambda: self.leaves(g.selection_set, {"__typename": "'CitationEdge'"}, inner))
+
+        def nodes(g: FieldNode) -> str:
+            if g.arguments:
+                raise Unsupported("arguments")
+            return items(lambda: self.observation(g))
+
+        table = {"totalCount": f"(SELECT count(*) FROM citation_observations AS o WHERE {visible})",
+                 "__typename": "'CitationConnection'"}
+        return self.leaves(f.selection_set, table, {"edges": edges, "nodes": nodes})
+
+
+_COMPILED: dict[int, tuple[OperationDefinitionNode, Compiled | None]] = {}
+_COMPILED_MAX = 1024
+
+
+def compiled_for(operation: OperationDefinitionNode) -> Compiled | None:
+    """The compiled form of an operation, or None when it does not compile. Cached by the operation node
+    (the parse cache hands every request of a document the same nodes; the entry keeps its node alive)."""
+    found = _COMPILED.get(id(operation))
+    if found is not None and found[0] is operation:
+        return found[1]
+    compiled = _compile(operation)
+    if len(_COMPILED) >= _COMPILED_MAX:
+        _COMPILED.clear()
+    _COMPILED[id(operation)] = (operation, compiled)
+    return compiled
+
+
+def _compile(operation: OperationDefinitionNode) -> Compiled | None:
+    if operation.operation is not OperationType.QUERY or operation.directives:
+        return None
+    try:
+        fields = _fields(operation.selection_set)
+        if len(fields) != 1 or fields[0].name.value != "paper":
+            raise Unsupported("root field")
+        root = fields[0]
+        compiler = _Compiler()
+        body = compiler.paper(root.selection_set, "p", connections=True)
+        key = _key(root)
+    except Unsupported:
+        return None
+    sql = (f"SELECT {body}::text AS data FROM (SELECT arxiv_id, observed_at, title, latest_version, primary_category,"
+           " submitted_at, last_updated FROM paper_snapshots WHERE arxiv_id = $1 AND observed_at <= $2"
+           " ORDER BY observed_at DESC LIMIT 1) AS p")
+    return Compiled(key, sql, root, tuple(compiler.limits))
+
+
+async def run(compiled: Compiled, executor: Any) -> dict[str, Any] | None:
+    """The operation's data from one statement; None when the ordinary path must answer (bad arguments)."""
+    import orjson
+
+    from app.timeparse import BadInput, parse_arxiv_id
+    from app.errors import UserInputError
+
+    context = executor.context_value
+    session = getattr(context, "session", None)
+    if session is None or session.statements:
+        return None
+    values = _values(executor, compiled.field, executor.schema.query_type.fields["paper"])
+    if values is None:
+        return None
+    try:
+        arxiv_id = parse_arxiv_id(values["arxivId"])
+        instant = context.instant(values.get("asOf"))
+    except (BadInput, UserInputError, KeyError, TypeError):
+        return None
+    limits = []
+    for connection in compiled.limits:
+        paper_type = executor.schema.get_type("Paper")
+        given = _values(executor, connection, paper_type.fields[connection.name.value])
+        if given is None:
+            return None
+        first = given.get("first")
+        first = MAX_FIRST if first is None else first
+        if not isinstance(first, int) or not 1 <= first <= MAX_FIRST:
+            return None
+        limits.append(first)
+    rows = await session.fetch(compiled.sql, arxiv_id, instant, *limits)
+    return {compiled.response_key: orjson.loads(rows[0]["data"]) if rows else None}
+
+
+def _values(executor: Any, field: FieldNode, definition: Any) -> dict[str, Any] | None:
+    """Coerced arguments of a field by their GraphQL names; None when they do not coerce."""
+    from graphql.execution.values import get_argument_values
+
+    try:
+        coerced = get_argument_values(definition, field, executor.variable_values)
+    except Exception:  # noqa: BLE001 - the ordinary path reports it
+        return None
+    names = {(arg.out_name or name): name for name, arg in definition.args.items()}
+    return {names.get(k, k): v for k, v in coerced.items()}

@@ -1,0 +1,68 @@
+"""The ceiling of the stack: the least a Python service on uvicorn + asyncpg can do to answer Q2.
+
+A bare ASGI app (no framework, no GraphQL, no checks) that answers POST /graphql for Q2 with one
+asyncpg statement and orjson, under the same uvicorn settings as `pith-graph serve`. Whatever
+pith-graph does on top of that (Starlette, Strawberry, limits, cost, one snapshot per request) can
+only be slower; so pith / PostGraphile can be no better than ceiling / PostGraphile, and the ratio
+pith / ceiling says how much of the gap is ours rather than the stack's.
+
+    DATABASE_URL=... python bench/ceiling.py --port 8123
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from datetime import datetime
+
+import asyncpg
+import orjson
+
+TITLE = """SELECT title FROM paper_snapshots WHERE arxiv_id = $1 AND observed_at <= $2
+ORDER BY observed_at DESC LIMIT 1"""
+
+
+class Ceiling:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.pool: asyncpg.Pool | None = None
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    self.pool = await asyncpg.create_pool(self.url, min_size=4, max_size=16)
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await self.pool.close()
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        variables = orjson.loads(body)["variables"]
+        at = datetime.fromisoformat(variables["at"].replace("Z", "+00:00"))
+        async with self.pool.acquire() as conn:
+            title = await conn.fetchval(TITLE, variables["id"], at)
+        answer = orjson.dumps({"data": {"paper": {"title": title} if title is not None else None}})
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(answer)).encode())]})
+        await send({"type": "http.response.body", "body": answer})
+
+
+def main() -> None:
+    import uvicorn
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, required=True)
+    args = parser.parse_args()
+    uvicorn.run(Ceiling(os.environ["DATABASE_URL"]), host="127.0.0.1", port=args.port, log_config=None,
+                log_level="warning", access_log=False, timeout_keep_alive=75)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,170 @@
+"""Compiled queries answer exactly as the ordinary path does, in one statement; anything else falls back."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from datetime import timedelta, timezone
+
+import asyncpg
+import pytest
+import pytest_asyncio
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.compiled import compiled_for
+from app.context import Context
+from app.cost import _parsed
+from app.db.pool import Session, create_pool
+from app.schema import make_schema
+from app.settings import Settings
+from tests.conftest import create_database, drop_database
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+EXAMPLES = int(os.environ.get("PITH_FUZZ_EXAMPLES", "60"))
+PAPER = ["arxivId", "title", "latestVersion", "primaryCategory", "submittedAt", "lastUpdated", "snapshotObservedAt",
+         "id", "__typename"]
+OBSERVATION = ["observationId", "referenceIndex", "source", "sourceObservedAt", "id", "__typename"]
+RESOLUTION = ["status", "observedAt", "resolverSource", "__typename"]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def world(admin_url):
+    url = await create_database(admin_url, "pith_test_compiled")
+    done = subprocess.run([sys.executable, "-m", "app.cli", "synth", "--papers", "300", "--seed", "17"],
+                          env={**os.environ, "DATABASE_URL": url}, capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    conn = await asyncpg.connect(url)
+    try:
+        # Microseconds on some instants, so the DateTime format is exercised both ways.
+        await conn.execute("UPDATE resolutions SET observed_at = date_trunc('second', observed_at) "
+                           "WHERE observation_id IN (SELECT observation_id FROM resolutions ORDER BY 1 LIMIT 500)")
+        papers = [r[0] for r in await conn.fetch("SELECT DISTINCT arxiv_id FROM paper_snapshots ORDER BY 1")]
+        low, high = await conn.fetchrow("SELECT min(observed_at), max(observed_at) FROM paper_snapshots")
+    finally:
+        await conn.close()
+    pool = await create_pool(Settings(), url, min_size=1, max_size=4)
+    yield pool, papers, low, high
+    await pool.close()
+    await drop_database(admin_url, url)
+
+
+COMPILED, ORDINARY = make_schema(), make_schema(compiled=False)
+
+
+async def execute(pool, schema, query: str, variables: dict):
+    session = Session.from_pool(pool)
+    try:
+        result = await schema.execute(query, variable_values=variables, context_value=Context(session=session))
+        return result, session.statements
+    finally:
+        await session.close()
+
+
+@st.composite
+def selections(draw) -> str:
+    def pick(names: list[str], prefix: str = "") -> list[str]:
+        chosen = draw(st.lists(st.sampled_from(names), min_size=1, max_size=len(names), unique=True))
+        return [f"{prefix}{n}_{i}: {n}" if draw(st.booleans()) and n != "__typename" else n
+                for i, n in enumerate(chosen)]
+
+    def node() -> str:
+        parts = pick(OBSERVATION)
+        if draw(st.booleans()):
+            parts.append("citingPaper { " + " ".join(pick(PAPER)) + " }")
+        if draw(st.booleans()):
+            parts.append("citedPaper { " + " ".join(pick(PAPER)) + " }")
+        if draw(st.booleans()):
+            parts.append("resolution { " + " ".join(pick(RESOLUTION)) + " }")
+        return "{ " + " ".join(parts) + " }"
+
+    parts = pick(PAPER)
+    for direction in ("inbound", "outbound"):
+        if draw(st.booleans()):
+            first = draw(st.sampled_from(["", "(first: 1)", "(first: 100)", "(first: $first)"]))
+            inner = []
+            if draw(st.booleans()):
+                inner.append("totalCount")
+            if draw(st.booleans()):
+                inner.append("edges { " + ("__typename " if draw(st.booleans()) else "") + "node " + node() + " }")
+            if draw(st.booleans()) or not inner:
+                inner.append("nodes " + node())
+            alias = "conn_" + direction + ": " if draw(st.booleans()) else ""
+            parts.append(f"{alias}{direction}{first} {{ {' '.join(inner)} }}")
+    root = "p: paper" if draw(st.booleans()) else "paper"
+    body = " ".join(parts)
+    first = ", $first: Int" if "$first" in body else ""  # an unused variable is a validation error
+    return f"query($id: String!, $at: DateTime{first}) {{ {root}(arxivId: $id, asOf: $at) {{ {body} }} }}"
+
+
+SEEN = {"compared": 0, "found": 0, "edges": 0}
+
+
+@settings(max_examples=EXAMPLES, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+async def test_compiled_answers_equal_the_ordinary_path(world, data):
+    pool, papers, low, high = world
+    query = data.draw(selections())
+    assert compiled_for(_parsed(query, 5000).definitions[0]) is not None, query
+    at = data.draw(st.sampled_from([None, low, low + (high - low) / 3, high - timedelta(days=1)]))
+    variables = {"id": data.draw(st.sampled_from(papers + ["9912.99999"])),
+                 "at": at.astimezone(timezone.utc).isoformat() if at is not None else None}
+    if "$first" in query:
+        variables["first"] = data.draw(st.sampled_from([1, 5, 100]))
+    (compiled, statements), (ordinary, _) = [await execute(pool, s, query, variables) for s in (COMPILED, ORDINARY)]
+    assert compiled.errors is None and ordinary.errors is None, (compiled.errors, ordinary.errors)
+    assert compiled.data == ordinary.data, query
+    assert list(compiled.data) == list(ordinary.data)
+    assert statements == 1
+    SEEN["compared"] += 1
+    paper = next(iter(compiled.data.values()))
+    if paper:
+        SEEN["found"] += 1
+        SEEN["edges"] += sum(len(v.get("nodes", v.get("edges", []))) for v in paper.values() if isinstance(v, dict))
+
+
+async def test_the_comparisons_were_not_trivial():
+    assert SEEN["found"] >= SEEN["compared"] // 3 and SEEN["edges"] > 100, SEEN
+
+
+@pytest.mark.parametrize("query, variables", [
+    ("query($id: String!) { paper(arxivId: $id) { title } }", {"id": "not an id"}),
+    ("{ paper(arxivId: \"1501.00001\") { inbound(first: 0) { totalCount } } }", {}),
+    ("query($f: Int) { paper(arxivId: \"1501.00001\") { outbound(first: $f) { totalCount } } }", {"f": 101}),
+    ("query($at: DateTime) { paper(arxivId: \"1501.00001\", asOf: $at) { title } }", {"at": "yesterday"}),
+    ("{ paper(arxivId: \"1501.00001\", asOf: \"1990-01-01T00:00:00Z\") { title inbound { totalCount } } }", {}),
+])
+async def test_arguments_the_ordinary_path_refuses_get_its_errors(world, query, variables):
+    pool = world[0]
+    (compiled, _), (ordinary, _) = [await execute(pool, s, query, variables) for s in (COMPILED, ORDINARY)]
+    assert compiled.data == ordinary.data
+    assert [e.message for e in compiled.errors or []] == [e.message for e in ordinary.errors or []]
+
+
+@pytest.mark.parametrize("query", [
+    "{ paper(arxivId: \"1501.00001\") { inbound { edges { cursor } } } }",
+    "{ paper(arxivId: \"1501.00001\") { inbound { pageInfo { hasNextPage } } } }",
+    "{ paper(arxivId: \"1501.00001\") { inbound(after: \"x\") { totalCount } } }",
+    "{ paper(arxivId: \"1501.00001\") { ...F } } fragment F on Paper { title }",
+    "{ paper(arxivId: \"1501.00001\") { title @include(if: true) } }",
+    "{ paper(arxivId: \"1501.00001\") { title } papers(arxivIds: [\"1501.00001\"]) { title } }",
+    "{ paper(arxivId: \"1501.00001\") { inbound { nodes { citingPaper { inbound { totalCount } } } } } }",
+    "{ paper(arxivId: \"1501.00001\") { inbound { nodes { digest } } } }",
+    "{ paper(arxivId: \"1501.00001\") { a: title a: title } }",
+])
+async def test_what_does_not_compile_runs_the_ordinary_way(world, query):
+    pool = world[0]
+    assert compiled_for(_parsed(query, 5000).definitions[0]) is None
+    (compiled, _), (ordinary, _) = [await execute(pool, s, query, {}) for s in (COMPILED, ORDINARY)]
+    assert compiled.data == ordinary.data and compiled.errors == ordinary.errors
+
+
+async def test_over_http_a_compiled_query_is_one_statement(served):
+    body = await served.graphql("""query($id: String!) { paper(arxivId: $id) { title inbound(first: 100) {
+        totalCount edges { node { referenceIndex citingPaper { arxivId title } resolution { status } } } } } }""",
+                                {"id": "2402.15627"})
+    assert "errors" not in body, body
+    assert body["extensions"]["cost"]["statements"] == 1
+    assert body["data"]["paper"]["inbound"]["totalCount"] == len(body["data"]["paper"]["inbound"]["edges"]) > 0
