@@ -208,14 +208,33 @@ def _parsed(query: str, max_tokens: int) -> Any:
     return parse(query, max_tokens=max_tokens)
 
 
-@lru_cache(maxsize=1024)
+def by_identity(fn: Any) -> Any:
+    """Cache by the identity of the schema and document (the parse cache hands every request of a
+    query the same document): hashing a document, as lru_cache would, walks its whole tree."""
+    cache: dict[tuple, tuple] = {}
+
+    def cached(schema: Any, document: Any, *rest: Any) -> Any:
+        key = (id(schema), id(document), rest)
+        found = cache.get(key)
+        if found is not None and found[0] is schema and found[1] is document:
+            return found[2]
+        value = fn(schema, document, *rest)
+        if len(cache) >= 1024:
+            cache.clear()
+        cache[key] = (schema, document, value)  # holding both keeps their ids from being reused
+        return value
+
+    return cached
+
+
+@by_identity
 def _validated(schema: Any, document: Any, rules: tuple) -> list[GraphQLError]:
     from strawberry.schema.schema import validate_document
 
     return validate_document(schema, document, rules)
 
 
-@lru_cache(maxsize=1024)
+@by_identity
 def _plan(schema: Any, document: Any, operation_name: str | None, compiled: bool = False) -> tuple[bool, bool]:
     """(one statement, whether any argument the budget reads comes from a variable) for a document."""
     from graphql import VariableNode, visit

@@ -301,7 +301,9 @@ def compare(url: str, *, seconds: int = 10, rounds: int = 3, requests: int = 300
                     entry["p50_ratio"] = entry["pith"]["p50_ms"] / entry["postgraphile"]["p50_ms"]
                 result["runs"][key] = entry
                 log(f"{key}: pith {entry['pith']['rps']:.0f} rps, PostGraphile {entry['postgraphile']['rps']:.0f} rps "
-                    f"-> {entry['throughput_ratio']:.2f}x" + (f", p99 {entry['p99_ratio']:.2f}x" if n == 1 else ""))
+                    f"-> {entry['throughput_ratio']:.2f}x" + (f", p99 {entry['p99_ratio']:.2f}x" if n == 1 else "")
+                    + (f"; ceiling {entry['ceiling']['rps']:.0f} rps = {entry['ceiling_ratio']:.2f}x"
+                       if "ceiling" in entry else ""))
         finally:
             pith.stop()
             peer.stop()
