@@ -51,40 +51,26 @@ SELECT * FROM (
 # $1 the paper, $2 window start (exclusive), $3 window end (inclusive), $4 observation ids, $5 work ids,
 # $6 citing paper ids (inbound), $7 cited paper ids (outbound). FIRST_* rows: when a paper or work got its
 # first snapshot and a work its first receipt, at any time (they decide what can show).
-FACTS: Final = """
-SELECT 'PAPER_UPDATED' AS kind, observed_at AS at, NULL::uuid AS observation_id, NULL::uuid AS work_id,
-       NULL::text AS arxiv_id
-FROM paper_snapshots WHERE arxiv_id = $1 AND observed_at > $2 AND observed_at <= $3
-UNION ALL
-SELECT 'RESOLUTION_CHANGED', observed_at, observation_id, NULL, NULL
-FROM resolutions WHERE observation_id = ANY($4::uuid[]) AND observed_at > $2 AND observed_at <= $3
-UNION ALL
-SELECT 'WORK_UPDATED', observed_at, NULL, work_id, NULL
-FROM work_snapshots WHERE work_id = ANY($5::uuid[]) AND observed_at > $2 AND observed_at <= $3
-UNION ALL
-SELECT 'STANDING_EVENT', observed_at, NULL, work_id, NULL
-FROM work_events WHERE work_id = ANY($5::uuid[]) AND observed_at > $2 AND observed_at <= $3
-UNION ALL
-SELECT 'STANDING_CHECKED', observed_at, NULL, work_id, NULL
-FROM standing_receipts WHERE work_id = ANY($5::uuid[]) AND observed_at > $2 AND observed_at <= $3
-UNION ALL
-SELECT 'MEASUREMENT_CHANGED', observed_at, NULL, NULL, NULL
-FROM external_measurements WHERE arxiv_id = $1 AND observed_at > $2 AND observed_at <= $3
-UNION ALL
-SELECT 'CITING_PAPER_UPDATED', observed_at, NULL, NULL, arxiv_id
-FROM paper_snapshots WHERE arxiv_id = ANY($6::text[]) AND observed_at > $2 AND observed_at <= $3
-UNION ALL
-SELECT 'CITED_PAPER_UPDATED', observed_at, NULL, NULL, arxiv_id
-FROM paper_snapshots WHERE arxiv_id = ANY($7::text[]) AND observed_at > $2 AND observed_at <= $3
-UNION ALL
-SELECT 'FIRST_PAPER', min(observed_at), NULL, NULL, NULL FROM paper_snapshots WHERE arxiv_id = $1
-UNION ALL
-SELECT 'FIRST_WORK', min(observed_at), NULL, work_id, NULL
-FROM work_snapshots WHERE work_id = ANY($5::uuid[]) GROUP BY work_id
-UNION ALL
-SELECT 'FIRST_RECEIPT', min(observed_at), NULL, work_id, NULL
-FROM standing_receipts WHERE work_id = ANY($5::uuid[]) GROUP BY work_id
-"""
+# (kind, table, the row's observation / work / paper columns, which rows) of each fact in the window.
+_IN_WINDOW: Final = (
+    ("PAPER_UPDATED", "paper_snapshots", "NULL", "NULL", "NULL", "arxiv_id = $1"),
+    ("RESOLUTION_CHANGED", "resolutions", "observation_id", "NULL", "NULL", "observation_id = ANY($4::uuid[])"),
+    ("WORK_UPDATED", "work_snapshots", "NULL", "work_id", "NULL", "work_id = ANY($5::uuid[])"),
+    ("STANDING_EVENT", "work_events", "NULL", "work_id", "NULL", "work_id = ANY($5::uuid[])"),
+    ("STANDING_CHECKED", "standing_receipts", "NULL", "work_id", "NULL", "work_id = ANY($5::uuid[])"),
+    ("MEASUREMENT_CHANGED", "external_measurements", "NULL", "NULL", "NULL", "arxiv_id = $1"),
+    ("CITING_PAPER_UPDATED", "paper_snapshots", "NULL", "NULL", "arxiv_id", "arxiv_id = ANY($6::text[])"),
+    ("CITED_PAPER_UPDATED", "paper_snapshots", "NULL", "NULL", "arxiv_id", "arxiv_id = ANY($7::text[])"),
+)
+FACTS: Final = "\nUNION ALL\n".join(
+    [f"SELECT '{kind}' AS kind, observed_at AS at, {obs}::uuid AS observation_id, {work}::uuid AS work_id, "
+     f"{paper}::text AS arxiv_id FROM {table} WHERE {rows} AND observed_at > $2 AND observed_at <= $3"
+     for kind, table, obs, work, paper, rows in _IN_WINDOW]
+    + ["SELECT 'FIRST_PAPER', min(observed_at), NULL, NULL, NULL FROM paper_snapshots WHERE arxiv_id = $1",
+       "SELECT 'FIRST_WORK', min(observed_at), NULL, work_id, NULL FROM work_snapshots "
+       "WHERE work_id = ANY($5::uuid[]) GROUP BY work_id",
+       "SELECT 'FIRST_RECEIPT', min(observed_at), NULL, work_id, NULL FROM standing_receipts "
+       "WHERE work_id = ANY($5::uuid[]) GROUP BY work_id"])
 
 NEVER: Final = math.inf
 # The order kinds are listed in an entry (the order of the ChangeKind enum).

@@ -103,6 +103,27 @@ async def create_database(admin_url: str, prefix: str = "pith_test") -> str:
     return url
 
 
+async def synthetic_database(admin_url: str, prefix: str, papers: int, seed: int) -> str:
+    """A new database holding `pith-graph synth --papers N --seed S`, written through the command line."""
+    import subprocess
+    import sys
+
+    url = await create_database(admin_url, prefix)
+    done = subprocess.run([sys.executable, "-m", "app.cli", "synth", "--papers", str(papers), "--seed", str(seed)],
+                          env={**os.environ, "DATABASE_URL": url}, capture_output=True, timeout=900)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    return url
+
+
+async def most_cited(url: str) -> str:
+    conn = await asyncpg.connect(url)
+    try:
+        return await conn.fetchval("SELECT cited_arxiv_id FROM citation_observations WHERE cited_arxiv_id IS NOT NULL "
+                                   "GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT 1")
+    finally:
+        await conn.close()
+
+
 async def drop_database(admin_url: str, url: str) -> None:
     name = url.split("?")[0].rsplit("/", 1)[1]
     conn = await asyncpg.connect(admin_url)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from datetime import timedelta, timezone
 
 import asyncpg
@@ -19,7 +17,7 @@ from app.cost import _parsed
 from app.db.pool import Session, create_pool
 from app.schema import make_schema
 from app.settings import Settings
-from tests.conftest import create_database, drop_database
+from tests.conftest import drop_database, synthetic_database
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -32,10 +30,7 @@ RESOLUTION = ["status", "observedAt", "resolverSource", "__typename"]
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def world(admin_url):
-    url = await create_database(admin_url, "pith_test_compiled")
-    done = subprocess.run([sys.executable, "-m", "app.cli", "synth", "--papers", "300", "--seed", "17"],
-                          env={**os.environ, "DATABASE_URL": url}, capture_output=True, timeout=300)
-    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    url = await synthetic_database(admin_url, "pith_test_compiled", 300, 17)
     conn = await asyncpg.connect(url)
     try:
         # Microseconds on some instants, so the DateTime format is exercised both ways.

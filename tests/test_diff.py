@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from datetime import datetime, timedelta, timezone
 
 import asyncpg
@@ -16,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app import record
-from tests.conftest import StatementLog, create_database, drop_database, serve
+from tests.conftest import StatementLog, drop_database, most_cited, serve, synthetic_database
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -31,10 +29,7 @@ DIFF = """query($id: String!, $from: DateTime!, $to: DateTime!) {
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def synthetic(admin_url):
-    url = await create_database(admin_url, "pith_test_diff")
-    done = subprocess.run([sys.executable, "-m", "app.cli", "synth", "--papers", "300", "--seed", "11"],
-                          env={**os.environ, "DATABASE_URL": url}, capture_output=True, timeout=300)
-    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    url = await synthetic_database(admin_url, "pith_test_diff", 300, 11)
     conn = await asyncpg.connect(url)
     try:
         papers = [r["arxiv_id"] for r in await conn.fetch("SELECT DISTINCT arxiv_id FROM paper_snapshots ORDER BY 1")]
@@ -221,13 +216,7 @@ TIMELINE_SEEN = {"papers": 0, "entries": 0, "capped papers": 0, "between": 0}
 @given(data=st.data())
 async def test_each_timeline_entry_is_a_change_and_nothing_changes_between_entries(synthetic, data):
     served, url, papers, low, high, _ = synthetic
-    conn = await asyncpg.connect(url)
-    try:
-        busiest = await conn.fetchval("SELECT cited_arxiv_id FROM citation_observations WHERE cited_arxiv_id "
-                                      "IS NOT NULL GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT 1")
-    finally:
-        await conn.close()
-    paper = data.draw(st.sampled_from([busiest, *papers]))
+    paper = data.draw(st.sampled_from([await most_cited(url), *papers]))
     entries = await whole_timeline(served, paper, first=data.draw(st.sampled_from([3, 100])))
     TIMELINE_SEEN["papers"] += 1
     TIMELINE_SEEN["entries"] += len(entries)
@@ -284,12 +273,7 @@ async def test_a_timeline_window_is_the_slice_of_the_whole(synthetic):
 
 async def test_a_timeline_page_costs_the_same_statements_at_any_size(synthetic):
     served, url, _, _, _, _ = synthetic
-    conn = await asyncpg.connect(url)
-    try:
-        busiest = await conn.fetchval("SELECT cited_arxiv_id FROM citation_observations WHERE cited_arxiv_id "
-                                      "IS NOT NULL GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT 1")
-    finally:
-        await conn.close()
+    busiest = await most_cited(url)
     counts, sizes = [], []
     for first in (1, 100):
         body = await served.graphql(TIMELINE, {"id": busiest, "first": first})

@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bench.export import measured
-from tests.conftest import LiveServer, StatementLog, create_database, drop_database, serve
+from tests.conftest import LiveServer, StatementLog, drop_database, most_cited, serve, synthetic_database
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -38,10 +38,7 @@ HOOD = """query($id: String!, $direction: Direction!, $depth: Int!, $per: Int!, 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def synthetic(admin_url):
-    url = await create_database(admin_url, "pith_test_export")
-    done = subprocess.run([sys.executable, "-m", "app.cli", "synth", "--papers", "300", "--seed", "5"],
-                          env={**os.environ, "DATABASE_URL": url}, capture_output=True, timeout=300)
-    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    url = await synthetic_database(admin_url, "pith_test_export", 300, 5)
     conn = await asyncpg.connect(url)
     try:
         high = await conn.fetchval("SELECT max(observed_at) FROM paper_snapshots")
@@ -335,11 +332,8 @@ async def test_a_progress_bar_on_a_terminal_only(synthetic, tmp_path):
 async def test_the_10000_paper_graph_exports_every_visible_observation_in_flat_memory(admin_url, tmp_path):
     """Uncapped, streamed: as many edges as visible observations (one count), and the exporter's peak memory
     stays far below what holding 400,000 edges would take."""
-    url = await create_database(admin_url, "pith_test_export10k")
+    url = await synthetic_database(admin_url, "pith_test_export10k", 10000, 3)
     try:
-        done = subprocess.run([sys.executable, "-m", "app.cli", "synth", "--papers", "10000", "--seed", "3"],
-                              env={**os.environ, "DATABASE_URL": url}, capture_output=True, timeout=600)
-        assert done.returncode == 0, done.stderr.decode()[-2000:]
         conn = await asyncpg.connect(url)
         try:
             now = await conn.fetchval("SELECT date_trunc('second', now())")
@@ -421,10 +415,9 @@ async def test_recipe_papers_whose_references_were_retracted_between_two_dates(s
 
 async def test_recipe_citation_growth_month_by_month(synthetic, server):
     _, url, _ = synthetic
+    paper = await most_cited(url)
     conn = await asyncpg.connect(url)
     try:
-        paper = await conn.fetchval("SELECT cited_arxiv_id FROM citation_observations WHERE cited_arxiv_id IS NOT "
-                                    "NULL GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT 1")
         done = recipe("citation_growth.py", paper, "--url", server.base + "/graphql")
         assert done.returncode == 0, done.stderr
         rows = list(csv.DictReader(io.StringIO(done.stdout)))

@@ -24,7 +24,7 @@ import pytest_asyncio
 import websockets
 
 from app.ingest.store import load_file
-from tests.conftest import AUG9, AUG9_AS_OF, SEED, LiveServer, aug9_documents, create_database, drop_database
+from tests.conftest import AUG9, SEED, LiveServer, aug9_documents, create_database, drop_database
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
