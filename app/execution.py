@@ -191,7 +191,14 @@ class CompiledExecutionContext(DirectExecutionContext):
                                                          new_defer_usages)
 
         async def answer() -> Any:
-            data = await run(compiled, self)
+            try:
+                data = await run(compiled, self)
+            except Exception as exc:  # noqa: BLE001 - as graphql-core treats a failing nullable root field
+                from graphql import located_error
+
+                path = Path(None, compiled.response_key, root_type.name)
+                self.collected_errors.add(located_error(exc, [compiled.field], path.as_list()), path)
+                return {compiled.response_key: None}
             if data is not None:
                 return data
             session = getattr(self.context_value, "session", None)

@@ -41,7 +41,7 @@ async def world(admin_url):
     finally:
         await conn.close()
     pool = await create_pool(Settings(), url, min_size=1, max_size=4)
-    yield pool, papers, low, high
+    yield pool, papers, low, high, url
     await pool.close()
     await drop_database(admin_url, url)
 
@@ -100,7 +100,7 @@ SEEN = {"compared": 0, "found": 0, "edges": 0}
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 async def test_compiled_answers_equal_the_ordinary_path(world, data):
-    pool, papers, low, high = world
+    pool, papers, low, high, _ = world
     query = data.draw(selections())
     assert compiled_for(_parsed(query, 5000).definitions[0]) is not None, query
     at = data.draw(st.sampled_from([None, low, low + (high - low) / 3, high - timedelta(days=1)]))
@@ -163,3 +163,23 @@ async def test_over_http_a_compiled_query_is_one_statement(served):
     assert "errors" not in body, body
     assert body["extensions"]["cost"]["statements"] == 1
     assert body["data"]["paper"]["inbound"]["totalCount"] == len(body["data"]["paper"]["inbound"]["edges"]) > 0
+
+
+async def test_a_failing_compiled_statement_is_a_located_error_like_the_ordinary_paths(world):
+    """A statement timeout (the table held by a lock) gives both paths the same data and error path."""
+    url = world[4]
+    locker = await asyncpg.connect(url)
+    slow = await create_pool(Settings(statement_timeout_ms=300), url, min_size=1, max_size=2)
+    try:
+        transaction = locker.transaction()
+        await transaction.start()
+        await locker.execute("LOCK TABLE paper_snapshots IN ACCESS EXCLUSIVE MODE")
+        query = '{ paper(arxivId: "1501.00001") { title inbound(first: 2) { totalCount } } }'
+        (compiled, _), (ordinary, _) = [await execute(slow, s, query, {}) for s in (COMPILED, ORDINARY)]
+        await transaction.rollback()
+    finally:
+        await locker.close()
+        await slow.close()
+    assert compiled.data == ordinary.data == {"paper": None}
+    assert [(e.message, e.path) for e in compiled.errors] == [(e.message, e.path) for e in ordinary.errors]
+    assert compiled.errors[0].path == ["paper"] and "statement timeout" in compiled.errors[0].message
