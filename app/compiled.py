@@ -1,8 +1,8 @@
 """Compiled queries: a `paper` lookup and its inbound/outbound first pages as one SQL statement that
 builds the response's JSON inside PostgreSQL, as PostGraphile does.
 
-Which documents compile: one root field, `paper(arxivId, asOf)`, selecting (without fragments,
-directives or repeated response keys) Paper's scalar fields and `id`, and `inbound(first)` /
+Which documents compile: one root field, `paper(arxivId, asOf)`, selecting (through fragments and
+inline fragments as clients send them, but without directives) Paper's scalar fields and `id`, and `inbound(first)` /
 `outbound(first)` connections with `totalCount`, `edges { node }` and `nodes`, whose nodes select
 CitationObservation's scalar fields, `id`, `citingPaper`, `citedPaper` (scalar fields) and
 `resolution`. Anything else, and any argument the ordinary path would refuse (a malformed arXiv id,
@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Final
 
-from graphql import FieldNode, OperationDefinitionNode, OperationType
+from graphql import FieldNode, FragmentSpreadNode, InlineFragmentNode, OperationDefinitionNode, OperationType
 
 from loaders.citations import LATERALS
 
@@ -71,18 +71,48 @@ class Compiled:
     limits: tuple[FieldNode, ...]  # the connections whose `first` becomes $3, $4, ... in order
 
 
-def _fields(selection_set: Any) -> list[FieldNode]:
+def _fields(selection_set: Any, type_name: str, fragments: dict[str, Any]) -> list[FieldNode]:
+    """The fields a selection asks of an object of `type_name`, fragments inlined, in graphql-core's order
+    (first occurrence); a field asked twice is merged when it is the same leaf, else not compiled."""
     if selection_set is None:
         raise Unsupported("no selection")
-    fields = []
-    for s in selection_set.selections:
-        if not isinstance(s, FieldNode) or s.directives:
-            raise Unsupported("fragments or directives")
-        fields.append(s)
-    keys = [(f.alias or f.name).value for f in fields]
-    if len(keys) != len(set(keys)):
-        raise Unsupported("a response key twice")
-    return fields
+    found: dict[str, FieldNode] = {}
+
+    def applies(condition: Any) -> bool:
+        return condition is None or condition.name.value in (type_name, *_INTERFACES.get(type_name, ()))
+
+    def walk(selections: Any, depth: int) -> None:
+        if depth > 8:
+            raise Unsupported("fragments nested too deep")
+        for s in selections:
+            if s.directives:
+                raise Unsupported("directives")
+            if isinstance(s, FieldNode):
+                key = (s.alias or s.name).value
+                seen = found.get(key)
+                if seen is None:
+                    found[key] = s
+                elif not (seen.name.value == s.name.value and not seen.arguments and not s.arguments
+                          and seen.selection_set is None and s.selection_set is None):
+                    raise Unsupported("a response key twice")
+            elif isinstance(s, InlineFragmentNode):
+                if applies(s.type_condition):
+                    walk(s.selection_set.selections, depth + 1)
+            elif isinstance(s, FragmentSpreadNode):
+                fragment = fragments.get(s.name.value)
+                if fragment is None or getattr(s, "arguments", None) or getattr(fragment, "variable_definitions", None):
+                    raise Unsupported("unknown fragment, or one with variables")
+                if applies(fragment.type_condition):
+                    walk(fragment.selection_set.selections, depth + 1)
+            else:
+                raise Unsupported("selection")
+
+    walk(selection_set.selections, 0)
+    return list(found.values())
+
+
+# Interfaces a fragment may name for each object type the compiler answers.
+_INTERFACES: Final = {"Paper": ("Node",), "CitationObservation": ("Node",)}
 
 
 def _object(pairs: list[tuple[str, str]]) -> str:
@@ -101,13 +131,14 @@ def _key(f: FieldNode) -> str:
 
 
 class _Compiler:
-    def __init__(self) -> None:
+    def __init__(self, fragments: dict[str, Any]) -> None:
+        self.fragments = fragments
         self.limits: list[FieldNode] = []
 
-    def leaves(self, selection: Any, table: dict[str, str], nested: dict[str, Callable[[FieldNode], str]] | None = None
-               ) -> str:
+    def leaves(self, selection: Any, type_name: str, table: dict[str, str],
+               nested: dict[str, Callable[[FieldNode], str]] | None = None) -> str:
         pairs = []
-        for f in _fields(selection):
+        for f in _fields(selection, type_name, self.fragments):
             name = f.name.value
             if nested and name in nested:
                 pairs.append((_key(f), nested[name](f)))
@@ -119,7 +150,7 @@ class _Compiler:
 
     def paper(self, selection: Any, alias: str, connections: bool) -> str:
         nested = {"inbound": self.connection, "outbound": self.connection} if connections else None
-        return self.leaves(selection, _paper_fields(alias), nested)
+        return self.leaves(selection, "Paper", _paper_fields(alias), nested)
 
     def observation(self, f: FieldNode) -> str:
         def paper_of(alias: str) -> Callable[[FieldNode], str]:
@@ -133,9 +164,9 @@ class _Compiler:
         def resolution(g: FieldNode) -> str:
             if g.arguments:
                 raise Unsupported("arguments")
-            return self.leaves(g.selection_set, _RESOLUTION_FIELDS)
+            return self.leaves(g.selection_set, "Resolution", _RESOLUTION_FIELDS)
 
-        return self.leaves(f.selection_set, _OBSERVATION_FIELDS,
+        return self.leaves(f.selection_set, "CitationObservation", _OBSERVATION_FIELDS,
                            {"citingPaper": paper_of("c"), "citedPaper": paper_of("d"), "resolution": resolution})
 
     def connection(self, f: FieldNode) -> str:
@@ -162,7 +193,7 @@ class _Compiler:
             if g.arguments:
                 raise Unsupported("arguments")
             inner = {"node": lambda n: self.observation(n)}
-            return items(lambda: self.leaves(g.selection_set, {"__typename": "'CitationEdge'"}, inner))
+            return items(lambda: self.leaves(g.selection_set, "CitationEdge", {"__typename": "'CitationEdge'"}, inner))
 
         def nodes(g: FieldNode) -> str:
             if g.arguments:
@@ -171,35 +202,36 @@ class _Compiler:
 
         table = {"totalCount": f"(SELECT count(*) FROM citation_observations AS o WHERE {visible})",
                  "__typename": "'CitationConnection'"}
-        return self.leaves(f.selection_set, table, {"edges": edges, "nodes": nodes})
+        return self.leaves(f.selection_set, "CitationConnection", table, {"edges": edges, "nodes": nodes})
 
 
 _COMPILED: dict[int, tuple[OperationDefinitionNode, Compiled | None]] = {}
 _COMPILED_MAX = 1024
 
 
-def compiled_for(operation: OperationDefinitionNode) -> Compiled | None:
-    """The compiled form of an operation, or None when it does not compile. Cached by the operation node
-    (the parse cache hands every request of a document the same nodes; the entry keeps its node alive)."""
+def compiled_for(operation: OperationDefinitionNode, fragments: dict[str, Any]) -> Compiled | None:
+    """The compiled form of an operation (with its document's fragments), or None when it does not
+    compile. Cached by the operation node (the parse cache hands every request of a document the same
+    nodes, fragments included; the entry keeps its node alive)."""
     found = _COMPILED.get(id(operation))
     if found is not None and found[0] is operation:
         return found[1]
-    compiled = _compile(operation)
+    compiled = _compile(operation, fragments)
     if len(_COMPILED) >= _COMPILED_MAX:
         _COMPILED.clear()
     _COMPILED[id(operation)] = (operation, compiled)
     return compiled
 
 
-def _compile(operation: OperationDefinitionNode) -> Compiled | None:
+def _compile(operation: OperationDefinitionNode, fragments: dict[str, Any]) -> Compiled | None:
     if operation.operation is not OperationType.QUERY or operation.directives:
         return None
     try:
-        fields = _fields(operation.selection_set)
+        fields = _fields(operation.selection_set, "Query", fragments)
         if len(fields) != 1 or fields[0].name.value != "paper":
             raise Unsupported("root field")
         root = fields[0]
-        compiler = _Compiler()
+        compiler = _Compiler(fragments)
         body = compiler.paper(root.selection_set, "p", connections=True)
         key = _key(root)
     except Unsupported:

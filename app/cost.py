@@ -261,7 +261,8 @@ def _compiles(document: Any, operation_name: str | None) -> bool:
 
     operations = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)
                   and (operation_name is None or (d.name is not None and d.name.value == operation_name))]
-    return len(operations) == 1 and compiled_for(operations[0]) is not None
+    fragments = {d.name.value: d for d in document.definitions if isinstance(d, FragmentDefinitionNode)}
+    return len(operations) == 1 and compiled_for(operations[0], fragments) is not None
 
 
 class RequestPipeline(SchemaExtension):

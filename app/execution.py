@@ -185,7 +185,7 @@ class CompiledExecutionContext(DirectExecutionContext):
                                       new_defer_usages):
         from app.compiled import compiled_for, run
 
-        compiled = compiled_for(self.operation)
+        compiled = compiled_for(self.operation, {name: f.definition for name, f in self.fragments.items()})
         if compiled is None:
             return super().execute_collected_root_fields(root_type, root_value, grouped_field_set, serially,
                                                          new_defer_usages)
