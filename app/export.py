@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 import zipfile
 from dataclasses import astuple, dataclass, fields
 from datetime import datetime
 from typing import IO, Any, Final
-from xml.sax.saxutils import escape, quoteattr
+from xml.sax.saxutils import escape as _escape, quoteattr as _quoteattr
 
 FORMATS: Final = ("csv", "graphml", "ndjson", "parquet")
 MEDIA_TYPES: Final = {"csv": "application/zip", "graphml": "application/graphml+xml",
@@ -43,6 +44,19 @@ class Edge:
     resolution_status: str
     standing_state: str  # measured, or unavailable (no linked work, or no source has checked it)
     cited_work_retracted: bool
+
+
+# Characters XML 1.0 cannot carry at all (C0 controls but tab, newline, return; U+FFFE, U+FFFF): written
+# as U+FFFD in GraphML, the one format with that limit.
+_NOT_XML: Final = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
+def escape(text: str) -> str:
+    return _escape(_NOT_XML.sub("\ufffd", text))
+
+
+def quoteattr(text: str) -> str:
+    return _quoteattr(_NOT_XML.sub("\ufffd", text))
 
 
 NODE_FIELDS: Final = tuple(f.name for f in fields(Node))

@@ -463,3 +463,28 @@ async def test_recipes_report_errors(server):
     done = recipe("retracted_references.py", "--from", "2026-06-01T00:00:00Z", "--to", "2026-01-01T00:00:00Z",
                   "1501.00001", "--url", server.base + "/graphql")
     assert done.returncode == 1 and "before from" in done.stderr
+
+
+async def test_titles_xml_cannot_carry_still_give_readable_graphml(synthetic):
+    """Markup characters are escaped; the few characters XML 1.0 forbids become U+FFFD; the rest is kept."""
+    served, url, high = synthetic
+    title = 'A & B <c> "d" \'e\' \x01\x0b tab\there é 🚀'
+    conn = await asyncpg.connect(url)
+    try:
+        root = await conn.fetchval("SELECT cited_arxiv_id FROM citation_observations WHERE cited_arxiv_id IS NOT NULL "
+                                   "ORDER BY cited_arxiv_id LIMIT 1")
+        await conn.execute("INSERT INTO paper_snapshots (arxiv_id, observed_at, title, latest_version, primary_category,"
+                           " submitted_at, last_updated) SELECT arxiv_id, $2, $3, latest_version + 1, primary_category,"
+                           " submitted_at, last_updated FROM paper_snapshots WHERE arxiv_id = $1 ORDER BY observed_at"
+                           " DESC LIMIT 1", root, high + timedelta(days=1), title)
+    finally:
+        await conn.close()
+    response = await served.client.get("/graph/neighbourhood.graphml", params={
+        "arxiv_id": root, "depth": 1, "as_of": whole(high + timedelta(days=2))})
+    assert response.status_code == 200
+    graph = nx.read_graphml(io.BytesIO(response.content), force_multigraph=True)
+    assert graph.nodes[root]["title"] == 'A & B <c> "d" \'e\' \ufffd\ufffd tab\there é 🚀'
+    csv_response = await served.client.get("/graph/neighbourhood.csv", params={
+        "arxiv_id": root, "depth": 1, "as_of": whole(high + timedelta(days=2))})
+    nodes, _ = read_back("csv", csv_response.content)
+    assert nodes.set_index("id").loc[root, "title"] == title  # CSV carries every character
