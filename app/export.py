@@ -199,11 +199,11 @@ class ParquetWriter(Writer):
 
     def __init__(self, folder: str) -> None:
         super().__init__(io.BytesIO())
-        try:
-            import pyarrow  # noqa: F401
-        except ImportError:
-            raise SystemExit("error: Parquet needs pyarrow: pip install 'pith-graph[parquet]'") from None
+        import importlib.util
         import os
+
+        if importlib.util.find_spec("pyarrow") is None:
+            raise SystemExit("error: Parquet needs pyarrow: pip install 'pith-graph[parquet]'")
 
         os.makedirs(folder, exist_ok=True)
         self.folder = folder
