@@ -38,6 +38,11 @@ async def world(admin_url):
         # Microseconds on some instants, so the DateTime format is exercised both ways.
         await conn.execute("UPDATE resolutions SET observed_at = date_trunc('second', observed_at) "
                            "WHERE observation_id IN (SELECT observation_id FROM resolutions ORDER BY 1 LIMIT 500)")
+        # Titles JSON must escape, and text beyond the Basic Multilingual Plane.
+        odd = ['quote " backslash \\ slash / tab \t newline \n', 'control \x01\x1f del \x7f', 'é ü 漢字 🚀 \u2028 \u2029',
+               "<script>&amp;</script> 'single'"]
+        await conn.executemany("UPDATE paper_snapshots SET title = $2 WHERE arxiv_id = (SELECT arxiv_id FROM "
+                               "paper_snapshots ORDER BY arxiv_id OFFSET $1 LIMIT 1)", list(enumerate(odd)))
         papers = [r[0] for r in await conn.fetch("SELECT DISTINCT arxiv_id FROM paper_snapshots ORDER BY 1")]
         low, high = await conn.fetchrow("SELECT min(observed_at), max(observed_at) FROM paper_snapshots")
     finally:
