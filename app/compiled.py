@@ -21,7 +21,7 @@ from typing import Any, Callable, Final
 
 from graphql import FieldNode, FragmentSpreadNode, InlineFragmentNode, OperationDefinitionNode, OperationType
 
-from loaders.citations import LATERALS
+from loaders.citations import LATERALS, LOW_KEY
 
 
 def _dt(expr: str) -> str:
@@ -68,7 +68,7 @@ class Compiled:
     response_key: str
     sql: str
     field: FieldNode
-    limits: tuple[FieldNode, ...]  # the connections whose `first` becomes $3, $4, ... in order
+    pages: tuple["_Page", ...]  # connections with a page: their `first` and `after` are $3, $4, ... in order
 
 
 def _fields(selection_set: Any, type_name: str, fragments: dict[str, Any]) -> list[FieldNode]:
@@ -133,7 +133,8 @@ def _key(f: FieldNode) -> str:
 class _Compiler:
     def __init__(self, fragments: dict[str, Any]) -> None:
         self.fragments = fragments
-        self.limits: list[FieldNode] = []
+        self.next_param = 3  # $1 the arXiv id, $2 the instant
+        self.pages: list[_Page] = []
 
     def leaves(self, selection: Any, type_name: str, table: dict[str, str],
                nested: dict[str, Callable[[FieldNode], str]] | None = None) -> str:
@@ -171,28 +172,34 @@ class _Compiler:
 
     def connection(self, f: FieldNode) -> str:
         direction = f.name.value
-        if any(a.name.value != "first" for a in f.arguments or ()):
-            raise Unsupported("connection arguments other than first")
+        if any(a.name.value not in ("first", "after") for a in f.arguments or ()):
+            raise Unsupported("connection arguments other than first and after")
         column, order = _SIDES[direction]
+        keys = ", ".join(f"o.{k}" for k in order)
         visible = f"o.{column} = p.arxiv_id AND o.visible_from <= $2"
-        limit: list[str] = []  # the page size's parameter, taken when a page is selected
+        page = _Page(self, f, direction)
+
+        def page_sql() -> str:
+            """The page's keys, one more than asked (to know whether more follow), numbered in order."""
+            limit, bounds = page.params()
+            return (f"(SELECT {keys}, row_number() OVER (ORDER BY {keys}) AS n FROM citation_observations AS o "
+                    f"WHERE {visible} AND ({keys}) > ({bounds}) ORDER BY {keys} LIMIT {limit} + 1) AS page")
 
         def items(node: Callable[[], str]) -> str:
-            if not limit:
-                self.limits.append(f)
-                limit.append(f"${2 + len(self.limits)}")
+            limit, _ = page.params()
             text = node()
             joins = "\n".join(LATERALS[a].replace("$AS", "$2") for a in ("c", "d", "r") if f"{a}." in text)
-            keys = ", ".join(f"page.{k}" for k in order)
-            return (f"(SELECT coalesce(json_agg({text} ORDER BY {keys}), '[]'::json) FROM ("
-                    f"SELECT {', '.join('o.' + k for k in order)} FROM citation_observations AS o WHERE {visible} "
-                    f"ORDER BY {', '.join('o.' + k for k in order)} LIMIT {limit[0]}) AS page "
-                    f"JOIN citation_observations AS o ON o.observation_id = page.observation_id {joins})")
+            return (f"(SELECT coalesce(json_agg({text} ORDER BY page.n) FILTER (WHERE page.n <= {limit}), "
+                    f"'[]'::json) FROM {page_sql()} JOIN citation_observations AS o "
+                    f"ON o.observation_id = page.observation_id {joins})")
+
+        key_array = f"json_build_array({keys})"
 
         def edges(g: FieldNode) -> str:
             if g.arguments:
                 raise Unsupported("arguments")
-            inner = {"node": lambda n: self.observation(n)}
+            cursors = page.edges_at(_key(g))
+            inner = {"node": lambda n: self.observation(n), "cursor": lambda c: cursors.append(_key(c)) or key_array}
             return items(lambda: self.leaves(g.selection_set, "CitationEdge", {"__typename": "'CitationEdge'"}, inner))
 
         def nodes(g: FieldNode) -> str:
@@ -200,9 +207,75 @@ class _Compiler:
                 raise Unsupported("arguments")
             return items(lambda: self.observation(g))
 
+        def page_info(g: FieldNode) -> str:
+            if g.arguments:
+                raise Unsupported("arguments")
+            info = page.page_info_at(_key(g))
+            ends = {"startCursor": "ASC", "endCursor": "DESC"}
+
+            def end(kind: str) -> Callable[[FieldNode], str]:
+                def build(c: FieldNode) -> str:
+                    info[kind].append(_key(c))
+                    limit, _ = page.params()
+                    page_keys = keys.replace("o.", "page.")
+                    return (f"(SELECT json_build_array({page_keys}) FROM {page_sql()} WHERE page.n <= {limit} "
+                            f"ORDER BY page.n {ends[kind]} LIMIT 1)")
+                return build
+
+            def next_page(_: FieldNode) -> str:
+                limit, _ = page.params()
+                return f"(SELECT count(*) > {limit} FROM {page_sql()})"
+
+            def previous(c: FieldNode) -> str:
+                info["hasPreviousPage"].append(_key(c))
+                return "false"  # set after the statement: whether `after` was given
+
+            return self.leaves(g.selection_set, "PageInfo", {"__typename": "'PageInfo'"},
+                               {"startCursor": end("startCursor"), "endCursor": end("endCursor"),
+                                "hasNextPage": next_page, "hasPreviousPage": previous})
+
         table = {"totalCount": f"(SELECT count(*) FROM citation_observations AS o WHERE {visible})",
                  "__typename": "'CitationConnection'"}
-        return self.leaves(f.selection_set, "CitationConnection", table, {"edges": edges, "nodes": nodes})
+        body = self.leaves(f.selection_set, "CitationConnection", table,
+                           {"edges": edges, "nodes": nodes, "pageInfo": page_info})
+        page.response_key = _key(f)
+        if page.uses_params() or page.page_infos:
+            self.pages.append(page)
+        return body
+
+
+class _Page:
+    """One connection's page: its parameters (size, then the `after` key), and where its cursors go."""
+
+    def __init__(self, compiler: _Compiler, field: FieldNode, direction: str) -> None:
+        self.compiler, self.field = compiler, field
+        self.side = "in" if direction == "inbound" else "out"
+        self.numbers: list[int] = []
+        self.response_key = ""
+        self.edges: dict[str, list[str]] = {}  # edges response key -> its cursor response keys
+        self.page_infos: dict[str, dict[str, list[str]]] = {}
+
+    def params(self) -> tuple[str, str]:
+        """($limit, the keyset bound) as SQL, taking parameter numbers on first use."""
+        width = len(_SIDES["inbound" if self.side == "in" else "outbound"][1])
+        if not self.numbers:
+            start = self.compiler.next_param
+            self.numbers = list(range(start, start + 1 + width))
+            self.compiler.next_param += 1 + width
+        limit, *after = self.numbers
+        low = LOW_KEY[-width:]
+        types = ("text", "int", "uuid")[-width:]
+        bounds = ", ".join(f"coalesce(${n}::{t}, {v})" for n, t, v in zip(after, types, low))
+        return f"${limit}::int", bounds
+
+    def uses_params(self) -> bool:
+        return bool(self.numbers)
+
+    def edges_at(self, key: str) -> list[str]:
+        return self.edges.setdefault(key, [])
+
+    def page_info_at(self, key: str) -> dict[str, list[str]]:
+        return self.page_infos.setdefault(key, {"startCursor": [], "endCursor": [], "hasPreviousPage": []})
 
 
 _COMPILED: dict[int, tuple[OperationDefinitionNode, Compiled | None]] = {}
@@ -239,15 +312,17 @@ def _compile(operation: OperationDefinitionNode, fragments: dict[str, Any]) -> C
     sql = (f"SELECT {body}::text AS data FROM (SELECT arxiv_id, observed_at, title, latest_version, primary_category,"
            " submitted_at, last_updated FROM paper_snapshots WHERE arxiv_id = $1 AND observed_at <= $2"
            " ORDER BY observed_at DESC LIMIT 1) AS p")
-    return Compiled(key, sql, root, tuple(compiler.limits))
+    # In parameter order (a page that only says hasPreviousPage takes none, and comes first).
+    return Compiled(key, sql, root, tuple(sorted(compiler.pages, key=lambda page: page.numbers[:1] or [0])))
 
 
 async def run(compiled: Compiled, executor: Any) -> dict[str, Any] | None:
     """The operation's data from one statement; None when the ordinary path must answer (bad arguments)."""
     import orjson
 
-    from app.timeparse import BadInput, parse_arxiv_id
+    from app import cursors
     from app.errors import UserInputError
+    from app.timeparse import BadInput, parse_arxiv_id
 
     context = executor.context_value
     session = getattr(context, "session", None)
@@ -261,19 +336,50 @@ async def run(compiled: Compiled, executor: Any) -> dict[str, Any] | None:
         instant = context.instant(values.get("asOf"))
     except (BadInput, UserInputError, KeyError, TypeError):
         return None
-    limits = []
-    for connection in compiled.limits:
-        paper_type = executor.schema.get_type("Paper")
-        given = _values(executor, connection, paper_type.fields[connection.name.value])
+    args: list[Any] = [arxiv_id, instant]
+    afters: list[bool] = []
+    paper_type = executor.schema.get_type("Paper")
+    for page in compiled.pages:
+        given = _values(executor, page.field, paper_type.fields[page.field.name.value])
         if given is None:
             return None
         first = given.get("first")
         first = MAX_FIRST if first is None else first
         if not isinstance(first, int) or not 1 <= first <= MAX_FIRST:
             return None
-        limits.append(first)
-    rows = await session.fetch(compiled.sql, arxiv_id, instant, *limits)
-    return {compiled.response_key: orjson.loads(rows[0]["data"]) if rows else None}
+        try:
+            after = cursors.decode(page.side, given.get("after"))
+        except UserInputError:
+            return None
+        if page.uses_params():
+            width = len(page.numbers) - 1
+            args += [first, *(after if after is not None else (None,) * width)]
+        afters.append(after is not None)
+    rows = await session.fetch(compiled.sql, *args)
+    data = orjson.loads(rows[0]["data"]) if rows else None
+    if data is not None:
+        for page, after_given in zip(compiled.pages, afters):
+            _finish_cursors(data[page.response_key], page, after_given)
+    return {compiled.response_key: data}
+
+
+def _finish_cursors(connection: dict[str, Any], page: _Page, after_given: bool) -> None:
+    """Cursors come out of the statement as key arrays; here they become the opaque cursors of app.cursors."""
+    from app import cursors
+
+    def encode(key: list[Any] | None) -> str | None:
+        return None if key is None else cursors.encode_key([page.side, *key])
+
+    for edges_key, cursor_keys in page.edges.items():
+        for edge in connection[edges_key]:
+            for k in cursor_keys:
+                edge[k] = encode(edge[k])
+    for info_key, fields in page.page_infos.items():
+        info = connection[info_key]
+        for k in fields["startCursor"] + fields["endCursor"]:
+            info[k] = encode(info[k])
+        for k in fields["hasPreviousPage"]:
+            info[k] = after_given
 
 
 def _values(executor: Any, field: FieldNode, definition: Any) -> dict[str, Any] | None:

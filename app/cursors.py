@@ -24,9 +24,12 @@ def decode_token(token: str) -> str:
 
 def encode(direction: str, obs: Observation) -> str:
     if direction == "in":
-        key = ["in", obs.citing_arxiv_id, obs.reference_index, str(obs.observation_id)]
-    else:
-        key = ["out", obs.reference_index, str(obs.observation_id)]
+        return encode_key(["in", obs.citing_arxiv_id, obs.reference_index, str(obs.observation_id)])
+    return encode_key(["out", obs.reference_index, str(obs.observation_id)])
+
+
+def encode_key(key: list) -> str:
+    """The cursor of a sort key: ["in", citing id, reference index, id] or ["out", reference index, id]."""
     return encode_token(json.dumps(key, separators=(",", ":")))
 
 

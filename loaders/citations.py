@@ -91,6 +91,7 @@ _DETAIL_JOINS: Final = "\n" + detail_joins()
 # pages end before one (values above any real key when there is none: U+10FFFF sorts after every id in
 # byte order). Either way the bound is an index condition, so any page costs what the first does.
 _LOW = ("''", "-2147483648", "'00000000-0000-0000-0000-000000000000'::uuid")
+LOW_KEY = _LOW  # the bound of a first page, for statements built elsewhere (app.compiled)
 _HIGH = ("chr(1114111)", "2147483647", "'ffffffff-ffff-ffff-ffff-ffffffffffff'::uuid")
 
 

@@ -112,12 +112,19 @@ def selections(draw) -> str:
     parts = pick(PAPER, on="Paper")
     for direction in ("inbound", "outbound"):
         if draw(st.booleans()):
-            first = draw(st.sampled_from(["", "(first: 1)", "(first: 100)", "(first: $first)"]))
+            first = draw(st.sampled_from(["", "(first: 1)", "(first: 100)", "(first: $first)", "(first: 3)"]))
+            if direction == "inbound" and draw(st.booleans()):  # continue after a cursor the test provides
+                first = "(first: 3, after: $after)" if first != "" else "(after: $after)"
             inner = []
             if draw(st.booleans()):
                 inner.append("totalCount")
             if draw(st.booleans()):
-                inner.append("edges { " + ("__typename " if draw(st.booleans()) else "") + "node " + node() + " }")
+                info = pick(["hasNextPage", "hasPreviousPage", "startCursor", "endCursor", "__typename"])
+                inner.append("pageInfo { " + " ".join(info) + " }")
+            if draw(st.booleans()):
+                cursor = draw(st.sampled_from(["", "cursor ", "c: cursor ", "cursor c2: cursor "]))
+                inner.append("edges { " + ("__typename " if draw(st.booleans()) else "") + cursor + "node " + node()
+                             + " }")
             if draw(st.booleans()) or not inner:
                 inner.append("nodes " + node())
             alias = "conn_" + direction + ": " if draw(st.booleans()) else ""
@@ -125,11 +132,12 @@ def selections(draw) -> str:
     root = "p: paper" if draw(st.booleans()) else "paper"
     body = " ".join(parts)
     first = ", $first: Int" if "$first" in body else ""  # an unused variable is a validation error
+    first += ", $after: String" if "$after" in body else ""
     return (f"query($id: String!, $at: DateTime{first}) {{ {root}(arxivId: $id, asOf: $at) {{ {body} }} }}\n"
             + "\n".join(fragments))
 
 
-SEEN = {"compared": 0, "found": 0, "edges": 0}
+SEEN = {"compared": 0, "found": 0, "edges": 0, "after a cursor": 0, "cursors": 0}
 
 
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
@@ -143,11 +151,18 @@ async def test_compiled_answers_equal_the_ordinary_path(world, data):
                  "at": at.astimezone(timezone.utc).isoformat() if at is not None else None}
     if "$first" in query:
         variables["first"] = data.draw(st.sampled_from([1, 5, 100]))
+    if "$after" in query:  # a cursor of this paper's inbound connection at the instant, or none
+        (found, _) = await execute(pool, ORDINARY, """query($id: String!, $at: DateTime) { paper(arxivId: $id,
+            asOf: $at) { inbound(first: 10) { edges { cursor } } } }""", {"id": variables["id"], "at": variables["at"]})
+        edges = (found.data["paper"] or {"inbound": {"edges": []}})["inbound"]["edges"]
+        variables["after"] = data.draw(st.sampled_from([e["cursor"] for e in edges])) if edges else None
     (compiled, statements), (ordinary, _) = [await execute(pool, s, query, variables) for s in (COMPILED, ORDINARY)]
     assert compiled.errors is None and ordinary.errors is None, (compiled.errors, ordinary.errors)
     assert json.dumps(compiled.data) == json.dumps(ordinary.data), query  # values and key order
     assert statements == 1
     SEEN["compared"] += 1
+    SEEN["after a cursor"] += variables.get("after") is not None
+    SEEN["cursors"] += json.dumps(compiled.data).count('"WyJ')  # base64 of '["': every cursor starts so
     paper = next(iter(compiled.data.values()))
     if paper:
         SEEN["found"] += 1
@@ -156,6 +171,7 @@ async def test_compiled_answers_equal_the_ordinary_path(world, data):
 
 async def test_the_comparisons_were_not_trivial():
     assert SEEN["found"] >= SEEN["compared"] // 3 and SEEN["edges"] > 100, SEEN
+    assert SEEN["after a cursor"] >= 3 and SEEN["cursors"] > 50, SEEN
 
 
 @pytest.mark.parametrize("query, variables", [
@@ -164,6 +180,10 @@ async def test_the_comparisons_were_not_trivial():
     ("query($f: Int) { paper(arxivId: \"1501.00001\") { outbound(first: $f) { totalCount } } }", {"f": 101}),
     ("query($at: DateTime) { paper(arxivId: \"1501.00001\", asOf: $at) { title } }", {"at": "yesterday"}),
     ("{ paper(arxivId: \"1501.00001\", asOf: \"1990-01-01T00:00:00Z\") { title inbound { totalCount } } }", {}),
+    ("query($c: String) { paper(arxivId: \"1501.00001\") { inbound(after: $c) { totalCount edges { cursor } } } }",
+     {"c": "bm90IGEgY3Vyc29y"}),
+    ("query($c: String) { paper(arxivId: \"1501.00001\") { outbound(after: $c) { pageInfo { endCursor } } } }",
+     {"c": "WyJpbiIsIjE1MDEuMDAwMDEiLDEsIjAwMDAwMDAwLTAwMDAtMDAwMC0wMDAwLTAwMDAwMDAwMDAwMCJd"}),
 ])
 async def test_arguments_the_ordinary_path_refuses_get_its_errors(world, query, variables):
     pool = world[0]
@@ -173,9 +193,9 @@ async def test_arguments_the_ordinary_path_refuses_get_its_errors(world, query, 
 
 
 @pytest.mark.parametrize("query", [
-    "{ paper(arxivId: \"1501.00001\") { inbound { edges { cursor } } } }",
-    "{ paper(arxivId: \"1501.00001\") { inbound { pageInfo { hasNextPage } } } }",
-    "{ paper(arxivId: \"1501.00001\") { inbound(after: \"x\") { totalCount } } }",
+    "{ paper(arxivId: \"1501.00001\") { inbound(last: 3) { edges { cursor } } } }",
+    "{ paper(arxivId: \"1501.00001\") { inbound(before: \"x\") { pageInfo { hasNextPage } } } }",
+    "{ paper(arxivId: \"1501.00001\") { inbound(status: [UNRESOLVED]) { totalCount } } }",
     "{ paper(arxivId: \"1501.00001\") { ...F } } fragment F on Paper { title @skip(if: false) }",
     "{ paper(arxivId: \"1501.00001\") { title ... on Paper { t: title } t: latestVersion } }",
     "{ paper(arxivId: \"1501.00001\") { title @include(if: true) } }",
