@@ -2,10 +2,10 @@
 builds the response's JSON inside PostgreSQL, as PostGraphile does.
 
 Which documents compile: one root field, `paper(arxivId, asOf)`, selecting (through fragments and
-inline fragments as clients send them, but without directives) Paper's scalar fields and `id`, and `inbound(first)` /
-`outbound(first)` connections with `totalCount`, `edges { node }` and `nodes`, whose nodes select
-CitationObservation's scalar fields, `id`, `citingPaper`, `citedPaper` (scalar fields) and
-`resolution`. Anything else, and any argument the ordinary path would refuse (a malformed arXiv id,
+inline fragments as clients send them, but without directives) Paper's scalar fields and `id`, and
+`inbound(first, after)` / `outbound(first, after)` connections with `totalCount`, `pageInfo`,
+`edges { cursor node }` and `nodes`, whose nodes select CitationObservation's scalar fields, `id`,
+`citingPaper`, `citedPaper` (scalar fields) and `resolution`. Anything else, and any argument the ordinary path would refuse (a malformed arXiv id,
 `first` out of range), runs the ordinary way, so errors are what the schema makes of them. Values are
 the same as the ordinary path's to the byte: tests run both over random selections, papers and
 instants and compare the responses.
