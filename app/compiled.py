@@ -239,8 +239,7 @@ class _Compiler:
         body = self.leaves(f.selection_set, "CitationConnection", table,
                            {"edges": edges, "nodes": nodes, "pageInfo": page_info})
         page.response_key = _key(f)
-        if page.uses_params() or page.page_infos:
-            self.pages.append(page)
+        self.pages.append(page)  # even without a page: its arguments are checked as the ordinary path does
         return body
 
 
@@ -312,7 +311,7 @@ def _compile(operation: OperationDefinitionNode, fragments: dict[str, Any]) -> C
     sql = (f"SELECT {body}::text AS data FROM (SELECT arxiv_id, observed_at, title, latest_version, primary_category,"
            " submitted_at, last_updated FROM paper_snapshots WHERE arxiv_id = $1 AND observed_at <= $2"
            " ORDER BY observed_at DESC LIMIT 1) AS p")
-    # In parameter order (a page that only says hasPreviousPage takes none, and comes first).
+    # In parameter order (a connection that selects no page, e.g. only totalCount, takes none: first).
     return Compiled(key, sql, root, tuple(sorted(compiler.pages, key=lambda page: page.numbers[:1] or [0])))
 
 

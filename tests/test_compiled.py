@@ -182,6 +182,8 @@ async def test_the_comparisons_were_not_trivial():
     ("{ paper(arxivId: \"1501.00001\", asOf: \"1990-01-01T00:00:00Z\") { title inbound { totalCount } } }", {}),
     ("query($c: String) { paper(arxivId: \"1501.00001\") { inbound(after: $c) { totalCount edges { cursor } } } }",
      {"c": "bm90IGEgY3Vyc29y"}),
+    ("query($c: String) { paper(arxivId: \"1501.00001\") { inbound(after: $c) { totalCount } } }",
+     {"c": "bm90IGEgY3Vyc29y"}),  # no page selected: the cursor is still checked
     ("query($c: String) { paper(arxivId: \"1501.00001\") { outbound(after: $c) { pageInfo { endCursor } } } }",
      {"c": "WyJpbiIsIjE1MDEuMDAwMDEiLDEsIjAwMDAwMDAwLTAwMDAtMDAwMC0wMDAwLTAwMDAwMDAwMDAwMCJd"}),
 ])
