@@ -68,7 +68,7 @@ class Compiled:
     response_key: str
     sql: str
     field: FieldNode
-    pages: tuple["_Page", ...]  # connections with a page: their `first` and `after` are $3, $4, ... in order
+    pages: tuple["_Page", ...]  # every connection; those with a page take $3, $4, ... (first, after key)
 
 
 def _fields(selection_set: Any, type_name: str, fragments: dict[str, Any]) -> list[FieldNode]:
