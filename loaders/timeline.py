@@ -80,8 +80,9 @@ KINDS: Final = ("PAPER_UPDATED", "CITATION_ADDED", "REFERENCE_ADDED", "RESOLUTIO
 
 
 def second_up(value: datetime) -> int:
-    """The first whole second (as Unix time) at which a fact observed at `value` shows."""
-    return math.ceil(value.timestamp())
+    """The first whole second (as Unix time) at which a fact observed at `value` shows (exact: no float
+    arithmetic on the microseconds)."""
+    return int(value.replace(microsecond=0).timestamp()) + (1 if value.microsecond else 0)
 
 
 def instant(second: int) -> datetime:
