@@ -11,9 +11,8 @@ import csv
 import io
 import re
 import zipfile
-from dataclasses import astuple, dataclass, fields
 from datetime import datetime
-from typing import IO, Any, Final
+from typing import IO, Any, Final, NamedTuple
 from xml.sax.saxutils import escape as _escape, quoteattr as _quoteattr
 
 FORMATS: Final = ("csv", "graphml", "ndjson", "parquet")
@@ -21,8 +20,7 @@ MEDIA_TYPES: Final = {"csv": "application/zip", "graphml": "application/graphml+
                       "ndjson": "application/x-ndjson"}
 
 
-@dataclass(frozen=True, slots=True)
-class Node:
+class Node(NamedTuple):  # a tuple: writers take its values as they are, with no per-row conversion
     id: str  # a paper's arXiv id, "work:<uuid>", or "reference:<observation uuid>"
     kind: str  # paper, work or reference
     arxiv_id: str | None = None
@@ -34,8 +32,7 @@ class Node:
     year: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Edge:
+class Edge(NamedTuple):
     source: str  # the citing paper's node id
     target: str
     observation_id: str
@@ -59,8 +56,8 @@ def quoteattr(text: str) -> str:
     return _quoteattr(_NOT_XML.sub("\ufffd", text))
 
 
-NODE_FIELDS: Final = tuple(f.name for f in fields(Node))
-EDGE_FIELDS: Final = tuple(f.name for f in fields(Edge))
+NODE_FIELDS: Final = Node._fields
+EDGE_FIELDS: Final = Edge._fields
 _TYPES: Final = {"latest_version": "int", "year": "int", "reference_index": "int", "cited_work_retracted": "boolean"}
 
 
@@ -108,7 +105,7 @@ class NdjsonWriter(Writer):
         import orjson
 
         values = {"type": kind}
-        values.update(zip(NODE_FIELDS if kind == "node" else EDGE_FIELDS, astuple(row)))
+        values.update(zip(NODE_FIELDS if kind == "node" else EDGE_FIELDS, row))
         self.out.write(orjson.dumps(values) + b"\n")
 
     def _node(self, node: Node) -> None:
@@ -135,7 +132,7 @@ class GraphmlWriter(Writer):
     @staticmethod
     def _data(names: tuple[str, ...], row: Any, skip: tuple[str, ...]) -> str:
         parts = []
-        for name, value in zip(names, astuple(row)):
+        for name, value in zip(names, row):
             if name in skip or value is None:
                 continue
             text = ("true" if value else "false") if isinstance(value, bool) else escape(str(value))
@@ -168,13 +165,13 @@ class CsvWriter(Writer):
         if self.text is not None:
             self.text.close()  # closes the member too
         self.member = self.zip.open(name, "w", force_zip64=True)
-        self.text = io.TextIOWrapper(self.member, encoding="utf-8", newline="", write_through=True)
+        self.text = io.TextIOWrapper(self.member, encoding="utf-8", newline="")
         self.rows = csv.writer(self.text)
         self.rows.writerow(header)
 
     @staticmethod
     def _cells(row: Any) -> list[Any]:
-        return [("true" if v else "false") if isinstance(v, bool) else ("" if v is None else v) for v in astuple(row)]
+        return [("true" if v else "false") if isinstance(v, bool) else ("" if v is None else v) for v in row]
 
     def _node(self, node: Node) -> None:
         self.rows.writerow(self._cells(node))
@@ -235,7 +232,7 @@ class ParquetWriter(Writer):
             self.batch = []
 
     def _add(self, row: Any) -> None:
-        self.batch.append(astuple(row))
+        self.batch.append(row)
         if len(self.batch) >= self.BATCH:
             self._flush()
 
