@@ -124,6 +124,15 @@ class Costing:
         return total
 
 
+def document_parts(document: Any, operation_name: str | None = None) -> tuple[list[OperationDefinitionNode],
+                                                                              dict[str, FragmentDefinitionNode]]:
+    """The operations a request may mean (those named operation_name, when given) and the fragments by name."""
+    operations = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)
+                  and (operation_name is None or (d.name is not None and d.name.value == operation_name))]
+    fragments = {d.name.value: d for d in document.definitions if isinstance(d, FragmentDefinitionNode)}
+    return operations, fragments
+
+
 # Root fields answered by one batched statement when nothing below them loads anything more.
 ONE_STATEMENT_ROOTS = frozenset({"paper", "papers", "observation"})
 
@@ -139,9 +148,7 @@ def one_statement(schema: Any, document: Any, operation_name: str | None) -> boo
 
     from app.execution import plain_fields
 
-    fragments = {d.name.value: d for d in document.definitions if isinstance(d, FragmentDefinitionNode)}
-    operations = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)
-                  and (operation_name is None or (d.name is not None and d.name.value == operation_name))]
+    operations, fragments = document_parts(document, operation_name)
     if len(operations) != 1 or operations[0].operation is not AstOperationType.QUERY:
         return False
     costing = Costing(fragments, {})
@@ -184,10 +191,7 @@ def coerced_variables(schema: Any, operation: OperationDefinitionNode, variables
 
 def query_nodes(document: Any, operation_name: str | None, variables: dict[str, Any] | None,
                 schema: Any = None) -> int:
-    fragments = {d.name.value: d for d in document.definitions if isinstance(d, FragmentDefinitionNode)}
-    operations = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)]
-    if operation_name is not None:
-        operations = [op for op in operations if op.name is not None and op.name.value == operation_name]
+    operations, fragments = document_parts(document, operation_name)
     if len(operations) != 1:
         return 0  # no operation to run: execution reports it as a request error
     if schema is not None:
@@ -259,9 +263,7 @@ def _compiles(document: Any, operation_name: str | None) -> bool:
     """A compiled operation is one statement (app.compiled); if it falls back, it asks for a transaction."""
     from app.compiled import compiled_for
 
-    operations = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)
-                  and (operation_name is None or (d.name is not None and d.name.value == operation_name))]
-    fragments = {d.name.value: d for d in document.definitions if isinstance(d, FragmentDefinitionNode)}
+    operations, fragments = document_parts(document, operation_name)
     return len(operations) == 1 and compiled_for(operations[0], fragments) is not None
 
 

@@ -9,13 +9,12 @@ from datetime import timedelta, timezone
 import asyncpg
 import pytest
 import pytest_asyncio
-from graphql import FragmentDefinitionNode, OperationDefinitionNode
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.compiled import compiled_for
 from app.context import Context
-from app.cost import _parsed
+from app.cost import _parsed, document_parts
 from app.db.pool import Session, create_pool
 from app.schema import make_schema
 from app.settings import Settings
@@ -57,9 +56,8 @@ COMPILED, ORDINARY = make_schema(), make_schema(compiled=False)
 
 
 def operation_of(query: str) -> tuple:
-    document = _parsed(query, 5000)
-    fragments = {d.name.value: d for d in document.definitions if isinstance(d, FragmentDefinitionNode)}
-    return next(d for d in document.definitions if isinstance(d, OperationDefinitionNode)), fragments
+    operations, fragments = document_parts(_parsed(query, 5000))
+    return operations[0], fragments
 
 
 async def execute(pool, schema, query: str, variables: dict):
