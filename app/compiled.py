@@ -317,29 +317,37 @@ def _compile(operation: OperationDefinitionNode, fragments: dict[str, Any]) -> C
 
 async def run(compiled: Compiled, executor: Any) -> dict[str, Any] | None:
     """The operation's data from one statement; None when the ordinary path must answer (bad arguments)."""
-    import orjson
-
-    from app import cursors
-    from app.errors import UserInputError
-    from app.timeparse import BadInput, parse_arxiv_id
-
     context = executor.context_value
     session = getattr(context, "session", None)
     if session is None or session.statements:
         return None
-    values = _values(executor, compiled.field, executor.schema.query_type.fields["paper"])
+    given = arguments(compiled, executor.schema, executor.variable_values, context.instant)
+    if given is None:
+        return None
+    return answer(compiled, await session.fetch(compiled.sql, *given[0]), given[1])
+
+
+def arguments(compiled: Compiled, schema: Any, variable_values: Any,
+              instant: Callable[[Any], Any]) -> tuple[list[Any], list[bool]] | None:
+    """The statement's parameters and, per page, whether `after` was given; None when an argument is one
+    the ordinary path refuses (it then answers, with the schema's own error)."""
+    from app import cursors
+    from app.errors import UserInputError
+    from app.timeparse import BadInput, parse_arxiv_id
+
+    values = _values(variable_values, compiled.field, schema.query_type.fields["paper"])
     if values is None:
         return None
     try:
         arxiv_id = parse_arxiv_id(values["arxivId"])
-        instant = context.instant(values.get("asOf"))
+        at = instant(values.get("asOf"))
     except (BadInput, UserInputError, KeyError, TypeError):
         return None
-    args: list[Any] = [arxiv_id, instant]
+    args: list[Any] = [arxiv_id, at]
     afters: list[bool] = []
-    paper_type = executor.schema.get_type("Paper")
+    paper_type = schema.get_type("Paper")
     for page in compiled.pages:
-        given = _values(executor, page.field, paper_type.fields[page.field.name.value])
+        given = _values(variable_values, page.field, paper_type.fields[page.field.name.value])
         if given is None:
             return None
         first = given.get("first")
@@ -354,7 +362,13 @@ async def run(compiled: Compiled, executor: Any) -> dict[str, Any] | None:
             width = len(page.numbers) - 1
             args += [first, *(after if after is not None else (None,) * width)]
         afters.append(after is not None)
-    rows = await session.fetch(compiled.sql, *args)
+    return args, afters
+
+
+def answer(compiled: Compiled, rows: Any, afters: list[bool]) -> dict[str, Any]:
+    """The operation's data from the statement's rows (no row: no such paper at the instant)."""
+    import orjson
+
     data = orjson.loads(rows[0]["data"]) if rows else None
     if data is not None:
         for page, after_given in zip(compiled.pages, afters):
@@ -381,12 +395,12 @@ def _finish_cursors(connection: dict[str, Any], page: _Page, after_given: bool) 
             info[k] = after_given
 
 
-def _values(executor: Any, field: FieldNode, definition: Any) -> dict[str, Any] | None:
+def _values(variable_values: Any, field: FieldNode, definition: Any) -> dict[str, Any] | None:
     """Coerced arguments of a field by their GraphQL names; None when they do not coerce."""
     from graphql.execution.values import get_argument_values
 
     try:
-        coerced = get_argument_values(definition, field, executor.variable_values)
+        coerced = get_argument_values(definition, field, variable_values)
     except Exception:  # noqa: BLE001 - the ordinary path reports it
         return None
     names = {(arg.out_name or name): name for name, arg in definition.args.items()}

@@ -29,6 +29,7 @@ from strawberry.types.graphql import OperationType
 
 from app.context import Context
 from app.db.pool import Session, create_pool
+from app.fastpath import GZIP_LEVEL, GZIP_MINIMUM, PreparedFastPath, PreparedOperations
 from app.live import Hub
 from app.logs import request_id
 from app.persisted import PersistedDocuments, PersistedQueryError, load_manifest, requested_hash
@@ -207,6 +208,14 @@ class App:
         self.schema = make_schema(introspection=settings.introspection, production=settings.production)
         manifest = load_manifest(settings.persisted_documents) if settings.persisted_documents else None
         self.persisted = PersistedDocuments(manifest, only=settings.persisted_only)
+        self.prepared = PreparedOperations()
+
+    def read_pool(self) -> asyncpg.Pool | None:
+        """The pool a read goes to: a replica when there are any (round robin), else the primary."""
+        if self.replicas:
+            self._next_replica = (self._next_replica + 1) % len(self.replicas)
+            return self.replicas[self._next_replica]
+        return self.pool
 
     def session(self) -> Session:
         """A read session: on a replica when there are any (round robin), else on the primary.
@@ -214,12 +223,10 @@ class App:
         Every statement of one request runs on the one connection of its session, so a record's
         statements all come from one replica and one snapshot.
         """
-        if self.replicas:
-            self._next_replica = (self._next_replica + 1) % len(self.replicas)
-            return Session.from_pool(self.replicas[self._next_replica])
-        if self.pool is None:
+        pool = self.read_pool()
+        if pool is None:
             raise ConnectionError("the database pool is not open")
-        return Session.from_pool(self.pool)
+        return Session.from_pool(pool)
 
     # --- GraphQL -----------------------------------------------------------------------------------
 
@@ -296,16 +303,27 @@ class App:
             return http.operation_error(exc, replace(params, query=query), media, get_like)
         finally:
             await session.close()
+        response = self.respond(result, media)
+        if response.status_code == 503:
+            return response
+        if sha is not None and params.query is not None and not http.is_request_error(result):
+            await self.persisted.register(self.pool, sha, query)  # validated: it ran
+        if not result.errors and not get_like and params.extensions is None and context.session.statements == 1:
+            # Answered by one compiled statement: later requests of this document take app/fastpath.py.
+            self.prepared.learn(self.schema._schema, query, params.operation_name)
+        if cache is not None and not result.errors:
+            response.headers.update(cache)
+        return response
+
+    def respond(self, result: Any, media: str | None) -> Response:
+        """The HTTP response for an execution result (errors formatted; 503 when the database was away)."""
+        from app import http
+
         errors = [self.format_error(e) for e in result.errors or []]
         if any(e.get("extensions", {}).get("code") == "SERVICE_UNAVAILABLE" for e in errors):
             return http.graphql_response({"data": None, "errors": errors}, 503, media,
                                          {"Retry-After": RETRY_AFTER_SECONDS})
-        if sha is not None and params.query is not None and not http.is_request_error(result):
-            await self.persisted.register(self.pool, sha, query)  # validated: it ran
-        response = http.result_response(result, errors, media)
-        if cache is not None and not errors:
-            response.headers.update(cache)
-        return response
+        return http.result_response(result, errors, media)
 
     async def data_version(self) -> int:
         if self.pool is None:
@@ -378,6 +396,8 @@ class App:
                                 status_code=503, headers={"Retry-After": RETRY_AFTER_SECONDS})
         return JSONResponse({"status": "ready", "database": "reachable", "pending_migrations": [],
                              "replicas": replicas, "pool": pool_figures(self.pool),
+                             "prepared": {"documents": len(self.prepared.table),
+                                          "answered": self.prepared.answered},
                              "live": {"subscribers": self.hub.count if self.hub else 0,
                                       "position": self.hub.position if self.hub else None}})
 
@@ -422,17 +442,19 @@ def create_app(settings: Settings | None = None, dsn: str | None = None, *,
         Route("/readyz", state.readyz),
         *web_routes.routes(state),
     ]
-    middleware = [
-        Middleware(RequestIdMiddleware),
-        Middleware(BodyLimitAndCancelOnDisconnect),
-        # Level 4: most of level 9's savings on JSON at a fraction of its CPU time.
-        Middleware(GZipMiddleware, minimum_size=1000, compresslevel=4),
-    ]
+    middleware = [Middleware(RequestIdMiddleware)]
     if settings.cors_origins:  # without origins it would only add Vary headers, at a cost per request
         middleware.append(Middleware(CORSMiddleware, allow_origins=list(settings.cors_origins),
                                      allow_methods=["GET", "POST"],
                                      allow_headers=["content-type", "if-none-match", "x-request-id"],
                                      expose_headers=["etag", "x-request-id"], max_age=600))
+    if settings.prepared_fast_path:
+        middleware.append(Middleware(PreparedFastPath, state=state, path=GRAPHQL_PATH, max_body=MAX_BODY_BYTES,
+                                     max_variables=MAX_VARIABLES_BYTES))
+    middleware += [
+        Middleware(BodyLimitAndCancelOnDisconnect),
+        Middleware(GZipMiddleware, minimum_size=GZIP_MINIMUM, compresslevel=GZIP_LEVEL),
+    ]
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan,
                     exception_handlers={Exception: _unhandled, 404: web_routes.not_found, 405: web_routes.not_found,
                                         asyncpg.QueryCanceledError: _unavailable,

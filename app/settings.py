@@ -37,6 +37,9 @@ class Settings:
     persisted_documents: str | None = None
     persisted_only: bool = False
     access_log: bool = True
+    # Documents answered once by the full pipeline with one compiled statement are answered again
+    # before it (app/fastpath.py); off only to compare the two.
+    prepared_fast_path: bool = True
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> "Settings":
@@ -60,6 +63,7 @@ class Settings:
             persisted_documents=env.get("PITH_PERSISTED_DOCUMENTS") or None,
             persisted_only=env.get("PITH_PERSISTED_ONLY", "") in ("1", "true", "yes"),
             access_log=env.get("PITH_ACCESS_LOG", "1") not in ("0", "false", "no"),
+            prepared_fast_path=env.get("PITH_PREPARED_FAST_PATH", "1") not in ("0", "false", "no"),
         )
 
 

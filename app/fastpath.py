@@ -1,0 +1,236 @@
+"""Prepared operations: a compiled query the full pipeline has already answered, answered again without it.
+
+The first time a document runs, it goes the whole way: Starlette's routing, the GraphQL-over-HTTP
+handler, Strawberry (parse, validation with every limit, the node budget) and the execution context,
+which answers a `paper` lookup with its pages as one statement (app/compiled.py). When that succeeds,
+the document is *prepared*: its text and operation name are remembered with the compiled statement.
+
+A later POST of the same text and operation name, as clients send a query they use (Apollo, Relay,
+urql and scripts all send the same document with new variables), is answered here, before the rest
+of the stack: the body is read and parsed, the variables are coerced by graphql-core against the
+operation's definitions, the node budget is computed as the pipeline computes it, the arguments are
+checked as the compiled path checks them, the statement runs, and the response is built by the same
+function the full handler uses (same bytes, same headers, same gzip). Whatever this path is not sure
+of (another media type, persisted-query extensions, a streaming Accept, variables that do not coerce,
+an argument the schema refuses, a query over budget) it hands on, with the body it read, to the full
+stack, which answers as it always does, errors included. Validation results do not depend on
+variables, so a document validated once stays valid.
+
+What this path leaves out: the watch for a client that goes away (a compiled operation is one short
+statement, bounded by the statement timeout; its connection is released when it ends) and the
+request's session object (one statement needs no transaction).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from graphql import GraphQLError, OperationDefinitionNode, located_error
+from starlette.middleware.gzip import GZipMiddleware
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from strawberry.types import ExecutionResult
+
+from app.compiled import Compiled, answer, arguments, compiled_for
+from app.cost import MAX_NODES, _parsed, _plan, document_parts, query_nodes
+from app.timeparse import now_as_of, parse_as_of
+
+_ALLOWED_KEYS = frozenset({"query", "variables", "operationName"})
+_MAX_PREPARED = 1024
+GZIP_MINIMUM = 1000
+GZIP_LEVEL = 4  # most of level 9's savings on JSON at a fraction of its CPU time
+ACQUIRE_TIMEOUT = 5.0  # as a request's session waits for a connection
+
+
+@dataclass(frozen=True)
+class Prepared:
+    document: Any  # kept alive: the caches below are keyed by its identity
+    operation: OperationDefinitionNode
+    compiled: Compiled
+    sized_by_variables: bool
+    nodes: int | None  # the node budget's count when no variable sizes a list
+
+
+class PreparedOperations:
+    """Documents the full pipeline answered with one compiled statement, by (text, operation name)."""
+
+    def __init__(self) -> None:
+        self.table: dict[tuple[str, str | None], Prepared] = {}
+        self.answered = 0  # requests this path answered (tests and /readyz read it)
+
+    def get(self, query: str, operation_name: str | None) -> Prepared | None:
+        return self.table.get((query, operation_name))
+
+    def learn(self, schema: Any, query: str, operation_name: str | None) -> None:
+        """Called after the full pipeline answered this document without errors."""
+        from app.schema import MAX_TOKENS
+
+        if (query, operation_name) in self.table:
+            return
+        document = _parsed(query, MAX_TOKENS)
+        operations, fragments = document_parts(document, operation_name)
+        if len(operations) != 1:
+            return
+        compiled = compiled_for(operations[0], fragments)
+        if compiled is None:
+            return
+        _, sized = _plan(schema, document, operation_name, True)
+        nodes = None if sized else query_nodes(document, operation_name, None)
+        if len(self.table) >= _MAX_PREPARED:
+            self.table.clear()
+        self.table[(query, operation_name)] = Prepared(document, operations[0], compiled, sized, nodes)
+
+
+def _replay(messages: list[Message], receive: Receive) -> Receive:
+    """The request's messages already read, then the rest as they come."""
+    pending = list(messages)
+
+    async def replayed() -> Message:
+        if pending:
+            return pending.pop(0)
+        return await receive()
+
+    return replayed
+
+
+class PreparedFastPath:
+    """ASGI middleware: POST /graphql of a prepared document is answered here; anything else passes on."""
+
+    def __init__(self, app: ASGIApp, state: Any, path: str = "/graphql", max_body: int = 100_000,
+                 max_variables: int = 20_000) -> None:
+        self.app = app
+        self.state = state
+        self.path = path
+        self.max_body = max_body
+        self.max_variables = max_variables
+        self._media: dict[bytes | None, str | None] = {}
+        # Starlette's gzip, as the full stack applies it; built once (its set-up is a tenth of a small answer).
+        self._gzip = GZipMiddleware(_send_response, minimum_size=GZIP_MINIMUM, compresslevel=GZIP_LEVEL)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != self.path
+                or not self.state.prepared.table):
+            await self.app(scope, receive, send)
+            return
+        media = self._media_type(scope)
+        if media is None:
+            await self.app(scope, receive, send)
+            return
+        messages: list[Message] = []
+        size = 0
+        while True:
+            message = await receive()
+            messages.append(message)
+            if message["type"] != "http.request":
+                break
+            size += len(message.get("body", b""))
+            if size > self.max_body or not message.get("more_body", False):
+                break
+        handled = False
+        if messages[-1]["type"] == "http.request" and size <= self.max_body:
+            body = messages[0].get("body", b"") if len(messages) == 1 else b"".join(m.get("body", b"")
+                                                                                    for m in messages)
+            handled = await self._answer(body, media, scope, receive, send)
+        if not handled:
+            await self.app(scope, _replay(messages, receive), send)
+
+    def _media_type(self, scope: Scope) -> str | None:
+        """The response media type when this path may answer (JSON body, no streaming), else None."""
+        from app.http import response_media_type
+        from app.main import streaming_request
+
+        content_type = accept = None
+        for name, value in scope["headers"]:
+            if name == b"content-type":
+                if content_type is not None:
+                    return None  # twice: for the full stack to judge
+                content_type = value
+            elif name == b"accept":
+                if accept is not None:
+                    return None
+                accept = value
+        if content_type is None or content_type.split(b";")[0].strip().lower() != b"application/json":
+            return None
+        if accept not in self._media:
+            if len(self._media) > 256:
+                self._media.clear()
+            text = accept.decode("latin-1") if accept is not None else None
+            self._media[accept] = None if streaming_request(scope) else response_media_type(text)
+        return self._media[accept]
+
+    async def _answer(self, body: bytes, media: str, scope: Scope, receive: Receive, send: Send) -> bool:
+        """Answer the request and say True, or say False (nothing sent) for the full stack to answer it."""
+        from graphql.execution.values import get_variable_values
+
+        try:
+            request = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return False
+        if type(request) is not dict or not request.keys() <= _ALLOWED_KEYS:
+            return False
+        query, variables, operation_name = request.get("query"), request.get("variables"), request.get("operationName")
+        if type(query) is not str or (operation_name is not None and type(operation_name) is not str):
+            return False
+        if variables is not None and type(variables) is not dict:
+            return False
+        # The full stack measures variables as json.dumps writes them; no byte of a body becomes more
+        # than six characters there, so a short body needs no measuring.
+        if variables and len(body) * 6 > self.max_variables and len(_json_dumps(variables)) > self.max_variables:
+            return False
+        prepared = self.state.prepared.get(query, operation_name or None)
+        if prepared is None:
+            return False
+        schema = self.state.schema._schema
+        coerced = get_variable_values(schema, prepared.operation.variable_definitions or (), variables or {},
+                                      max_errors=1)
+        if isinstance(coerced, list):
+            return False
+        nodes = prepared.nodes
+        if nodes is None:
+            try:
+                nodes = query_nodes(prepared.document, operation_name or None, variables, schema)
+            except GraphQLError:
+                return False
+            if nodes > MAX_NODES:
+                return False
+        now = now_as_of()
+        given = arguments(prepared.compiled, schema, coerced,
+                          lambda as_of: now if as_of is None else parse_as_of(as_of))
+        if given is None:
+            return False
+        pool = self.state.read_pool()
+        if pool is None:
+            return False
+        compiled = prepared.compiled
+        statements = 0
+        try:
+            # With a connection idle the pool hands it over at once; only a wait for one needs the bound
+            # (asyncpg's timeout costs a twentieth of a small answer).
+            async with pool.acquire(timeout=None if pool.get_idle_size() else ACQUIRE_TIMEOUT) as conn:
+                statements = 1
+                rows = await conn.fetch(compiled.sql, *given[0])
+            result = ExecutionResult(data=answer(compiled, rows, given[1]), errors=None)
+        except Exception as exc:  # noqa: BLE001 - as graphql-core treats a failing nullable root field
+            error = located_error(exc, [compiled.field], [compiled.response_key])
+            self.state.schema.process_errors([error])
+            result = ExecutionResult(data={compiled.response_key: None}, errors=[error])
+        result.extensions = {"cost": {"nodes": nodes, "limit": MAX_NODES, "statements": statements}}
+        response = self.state.respond(result, media)
+        self.state.prepared.answered += 1
+        if len(response.body) < GZIP_MINIMUM:  # gzip sends these as they are
+            await response(scope, receive, send)
+        else:
+            scope["pith.response"] = response
+            await self._gzip(scope, receive, send)
+        return True
+
+
+async def _send_response(scope: Scope, receive: Receive, send: Send) -> None:
+    await scope["pith.response"](scope, receive, send)
+
+
+def _json_dumps(value: Any) -> str:
+    import json
+
+    return json.dumps(value)

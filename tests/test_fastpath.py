@@ -1,0 +1,228 @@
+"""Prepared operations (app/fastpath.py) answer over HTTP exactly as the full stack does, byte for byte.
+
+Two servers over one database: one with the prepared path, one without. Every request goes twice to
+the first (the first time the full pipeline answers it and prepares the document, the second time the
+prepared path answers) and once to the second; status, headers and body must be the same.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from datetime import timedelta, timezone
+
+import asyncpg
+import pytest
+import pytest_asyncio
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.settings import Settings
+from tests.conftest import StatementLog, drop_database, serve, synthetic_database
+from tests.test_compiled import EXAMPLES, selections
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+Q2 = "query($id: String!, $at: DateTime) { paper(arxivId: $id, asOf: $at) { title } }"
+Q1 = """query($id: String!, $at: DateTime) { paper(arxivId: $id, asOf: $at) { title snapshotObservedAt
+  inbound(first: 100) { totalCount edges { node { referenceIndex citingPaper { arxivId title snapshotObservedAt }
+  resolution { status observedAt } } } } } }"""
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def pair(admin_url):
+    url = await synthetic_database(admin_url, "pith_test_fastpath", 300, 23)
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute("UPDATE paper_snapshots SET title = 'quote \" slash \\ 漢字 🚀 \u2028' WHERE arxiv_id = "
+                           "(SELECT min(arxiv_id) FROM paper_snapshots)")
+        papers = [r[0] for r in await conn.fetch("SELECT DISTINCT arxiv_id FROM paper_snapshots ORDER BY 1")]
+        hub = await conn.fetchval("SELECT cited_arxiv_id FROM citation_observations WHERE cited_arxiv_id IS NOT NULL "
+                                  "GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT 1")
+        low, high = await conn.fetchrow("SELECT min(observed_at), max(observed_at) FROM paper_snapshots")
+    finally:
+        await conn.close()
+    log = StatementLog()
+    fast_servers = serve(url, log)
+    slow_servers = serve(url, log, Settings(database_url=url, prepared_fast_path=False))
+    fast, slow = await fast_servers.__anext__(), await slow_servers.__anext__()
+    yield fast, slow, papers, hub, low, high, url
+    for gen in (fast_servers, slow_servers):
+        with pytest.raises(StopAsyncIteration):
+            await gen.__anext__()
+    await drop_database(admin_url, url)
+
+
+def comparable(response) -> tuple:
+    """Status, headers and body, with what differs per request (its id) taken out."""
+    headers = sorted((k, v) for k, v in response.headers.multi_items() if k not in ("x-request-id", "content-length"))
+    raw = response.content
+    body = re.sub(rb'"requestId":"[0-9a-f]+"', b'"requestId":"-"', raw)
+    encoded = response.headers.get("content-encoding")
+    return response.status_code, headers, encoded, body
+
+
+async def both(pair, body, headers=None) -> tuple:
+    fast, slow = pair[0], pair[1]
+    before = fast.app.state.pith.prepared.answered
+    first = await fast.client.post("/graphql", content=body, headers=headers)
+    second = await fast.client.post("/graphql", content=body, headers=headers)
+    reference = await slow.client.post("/graphql", content=body, headers=headers)
+    assert comparable(first) == comparable(reference)
+    assert comparable(second) == comparable(reference), (body, second.text[:500], reference.text[:500])
+    answered = fast.app.state.pith.prepared.answered - before
+    return reference, answered
+
+
+HEADERS = st.fixed_dictionaries({
+    "content-type": st.sampled_from(["application/json", "application/json; charset=utf-8", "text/plain"]),
+}, optional={
+    "accept": st.sampled_from(["application/json", "application/graphql-response+json", "*/*", "text/html",
+                               "application/graphql-response+json;q=0.5, application/json", "text/event-stream"]),
+    "accept-encoding": st.sampled_from(["gzip", "identity", "gzip, deflate, br"]),
+})
+SEEN = {"requests": 0, "answered": 0, "errors": 0, "gzip": 0}
+
+
+@settings(max_examples=EXAMPLES, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+async def test_prepared_answers_equal_the_full_stack(pair, data):
+    papers, low, high = pair[2], pair[4], pair[5]
+    query = data.draw(st.sampled_from([Q1, Q2]) | selections())
+    at = data.draw(st.sampled_from([None, low, high - timedelta(days=1), "yesterday", 12]))
+    arxiv_id = data.draw(st.sampled_from(papers) | st.sampled_from(["9912.99999", "not an id", None]))
+    variables = {"id": arxiv_id, "at": at.astimezone(timezone.utc).isoformat() if hasattr(at, "isoformat") else at}
+    if "$first" in query:
+        variables["first"] = data.draw(st.sampled_from([1, 100, 0, 101, "3"]))
+    if "$after" in query:
+        variables["after"] = data.draw(st.sampled_from([None, "bm90IGEgY3Vyc29y", "WyJpbiJd"]))
+    request = {"query": query, "variables": variables}
+    if data.draw(st.booleans()):
+        request["operationName"] = data.draw(st.sampled_from([None, "", "Other"]))
+    response, answered = await both(pair, json.dumps(request).encode(), data.draw(HEADERS))
+    SEEN["requests"] += 1
+    SEEN["answered"] += answered
+    SEEN["errors"] += b'"errors"' in response.content
+    SEEN["gzip"] += response.headers.get("content-encoding") == "gzip"
+
+
+async def test_the_comparisons_were_not_trivial():
+    assert SEEN["answered"] >= SEEN["requests"] // 5, SEEN
+    assert SEEN["errors"] >= SEEN["requests"] // 5 and SEEN["gzip"] >= 3, SEEN
+
+
+async def test_q1_and_q2_are_answered_by_the_prepared_path_in_one_statement(pair):
+    fast, papers, hub = pair[0], pair[2], pair[3]
+    for query, arxiv_id in ((Q2, papers[7]), (Q1, papers[9]), (Q1, hub)):
+        body = json.dumps({"query": query, "variables": {"id": arxiv_id}}).encode()
+        response, answered = await both(pair, body, {"content-type": "application/json", "accept-encoding": "gzip"})
+        assert answered >= 1
+        payload = response.json()  # httpx undoes the gzip; the header says it was there
+        assert (response.headers.get("content-encoding") == "gzip") == (query == Q1)
+        assert "errors" not in payload and payload["data"]["paper"]["title"]
+        assert payload["extensions"]["cost"]["statements"] == 1
+    ready = (await fast.client.get("/readyz")).json()
+    assert ready["prepared"]["documents"] >= 2 and ready["prepared"]["answered"] >= 3
+
+
+@pytest.mark.parametrize("body", [
+    b'{"query": "query($id: String!) { paper(arxivId: $id) { title } }", "variables": {"id": "1501.00001"}, '
+    b'"extensions": {"persistedQuery": {"version": 1, "sha256Hash": "00"}}}',
+    b'{"query": "query($id: String!) { paper(arxivId: $id) { title } }", "variables": {"id": "1501.00001"}, "x": 1}',
+    b'{"query": "query($id: String!) { paper(arxivId: $id) { title } }", "variables": ["1501.00001"]}',
+    b'{"query": "query($id: String!) { paper(arxivId: $id) { title } }", "variables": {"id": NaN}}',
+    b'{"query": "query($id: String!) { paper(arxivId: $id) { title } }", "variables": {"id": 1e999}}',
+    b'{"query": "query($id: String!) { paper(arxivId: $id) { title } }", "variables": {"id": "\\ud800"}}',
+    b'\xef\xbb\xbf{"query": "query($id: String!) { paper(arxivId: $id) { title } }", "variables": {"id": "x"}}',
+    b'{"query": "query($id: String!) { paper(arxivId: $id) { title } }", "variables": {"id": "1501.00001", '
+    b'"pad": "' + b"x" * 20_100 + b'"}}',
+    b'{"query": "query($id: String!) { paper(arxivId: $id) { title } }", "variables": {"id": "1501.00001", '
+    b'"pad": "' + b"x" * 100_100 + b'"}}',
+    b'{"query": "query A($id: String!) { paper(arxivId: $id) { title } } query B { paper(arxivId: \\"x\\") '
+    b'{ title } }", "operationName": "A", "variables": {"id": "1501.00001"}}',
+])
+async def test_odd_requests_get_the_full_stacks_answer(pair, body):
+    """Learn the document first (a well-formed request), then send the odd one: same answer as without the path."""
+    query = json.loads(body.lstrip(b"\xef\xbb\xbf").replace(b"NaN", b"0").replace(b"1e999", b"0"))["query"]
+    for _ in range(2):
+        await pair[0].client.post("/graphql", json={"query": query, "variables": {"id": pair[2][0]},
+                                                    "operationName": "A" if "query A" in query else None})
+    await both(pair, body, {"content-type": "application/json"})
+
+
+async def test_a_failing_statement_answers_as_the_full_stack_does(pair, admin_url):
+    """A statement timeout: the same 503, data and error path either way (no second try of the statement)."""
+    url = pair[6]
+    log = StatementLog()
+    quick = Settings(database_url=url, statement_timeout_ms=300)
+    fast_gen = serve(url, log, quick, expect_5xx=True)
+    slow_gen = serve(url, log, Settings(database_url=url, statement_timeout_ms=300, prepared_fast_path=False),
+                     expect_5xx=True)
+    fast, slow = await fast_gen.__anext__(), await slow_gen.__anext__()
+    body = json.dumps({"query": Q2, "variables": {"id": pair[2][3]}}).encode()
+    headers = {"content-type": "application/json"}
+    await fast.client.post("/graphql", content=body, headers=headers)  # prepared
+    locker = await asyncpg.connect(url)
+    try:
+        transaction = locker.transaction()
+        await transaction.start()
+        await locker.execute("LOCK TABLE paper_snapshots IN ACCESS EXCLUSIVE MODE")
+        before = fast.app.state.pith.prepared.answered
+        answers = [await s.client.post("/graphql", content=body, headers=headers) for s in (fast, slow)]
+        assert fast.app.state.pith.prepared.answered == before + 1
+        await transaction.rollback()
+    finally:
+        await locker.close()
+    for gen in (fast_gen, slow_gen):
+        with pytest.raises(StopAsyncIteration):
+            await gen.__anext__()
+    assert comparable(answers[0]) == comparable(answers[1])
+    assert answers[0].status_code == 503 and "statement timeout" in answers[0].text
+
+
+async def test_requests_cancelled_mid_statement_give_their_connections_back(pair):
+    """A prepared request cancelled at any moment (a client gone, a shutdown) leaves the pool whole."""
+    fast, papers, hub = pair[0], pair[2], pair[3]
+    app = fast.app
+    body = json.dumps({"query": Q1, "variables": {"id": hub}}).encode()
+    await fast.client.post("/graphql", content=body, headers={"content-type": "application/json"})
+
+    async def one() -> None:
+        sent = False
+
+        async def receive():
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await asyncio.sleep(3600)
+
+        async def send(message):
+            return None
+
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+                 "scheme": "http", "path": "/graphql", "raw_path": b"/graphql", "query_string": b"",
+                 "root_path": "", "headers": [(b"content-type", b"application/json"), (b"host", b"testserver")],
+                 "client": ("127.0.0.1", 1), "server": ("testserver", 80), "state": {}, "app": app}
+        await app(scope, receive, send)
+
+    before = app.state.pith.prepared.answered
+    for delay in [0, 0.0005, 0.001, 0.002, 0.004] * 8:
+        tasks = [asyncio.ensure_future(one()) for _ in range(5)]
+        await asyncio.sleep(delay)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    await asyncio.sleep(0.5)
+    pool = app.state.pith.pool
+    assert pool.get_idle_size() == pool.get_size()
+    conn = await asyncpg.connect(pair[6])
+    try:
+        busy = await conn.fetchval("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pith-graph' "
+                                   "AND datname = current_database() AND state <> 'idle'")
+    finally:
+        await conn.close()
+    assert busy == 0
+    response = await fast.client.post("/graphql", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 200 and app.state.pith.prepared.answered > before
