@@ -423,9 +423,13 @@ def create_app(settings: Settings | None = None, dsn: str | None = None, *,
             # the collector's generations, full collections no longer walk it (they were the p99).
             gc.collect()
             gc.freeze()
+        thresholds = gc.get_threshold()
+        if settings.gc_young_threshold:
+            gc.set_threshold(settings.gc_young_threshold, *thresholds[1:])
         try:
             yield
         finally:
+            gc.set_threshold(*thresholds)
             await state.hub.stop()
             pools, state.pool, state.replicas = [state.pool, *state.replicas], None, []
             for pool in pools:

@@ -71,8 +71,9 @@ def _iso(value: datetime) -> str:
     return value.astimezone(timezone.utc).isoformat()
 
 
+@lru_cache(maxsize=65536)
 def z_time(value: datetime | None) -> str | None:
-    """The Z family: paper, citation, work, resolution and measurement times."""
+    """The Z family: paper, citation, work, resolution and measurement times (cached as _iso is)."""
     if value is None:
         return None
     return _iso(value).replace("+00:00", "Z")
@@ -214,15 +215,17 @@ class _Shared:
 
     def __init__(self, standing: dict[Any, Standing]) -> None:
         self.standing = standing
-        self.papers: dict[PaperSnapshot, dict[str, Any]] = {}
+        self.papers: dict[tuple, dict[str, Any]] = {}
         self.notices: dict[Any, dict[str, Any]] = {}
 
     def paper(self, snapshot: PaperSnapshot | None) -> dict[str, Any] | None:
         if snapshot is None:
             return None
-        found = self.papers.get(snapshot)
+        # A snapshot is its paper and instant (the table's key): hashing those two is cheaper than the row.
+        key = (snapshot.arxiv_id, snapshot.observed_at)
+        found = self.papers.get(key)
         if found is None:
-            found = self.papers[snapshot] = paper_short(snapshot)
+            found = self.papers[key] = paper_short(snapshot)
         return found
 
     def notice(self, obs: Observation) -> dict[str, Any]:
@@ -235,8 +238,13 @@ class _Shared:
 
 def observation(obs: Observation, standing: dict[Any, Standing] | _Shared) -> dict[str, Any]:
     shared = standing if isinstance(standing, _Shared) else _Shared(standing)
+    return _finished(_item(obs, shared), obs, shared)
+
+
+def _item(obs: Observation, shared: _Shared) -> dict[str, Any]:
+    """An observation's part of the record that does not depend on standing: all but notice and digest."""
     cited_link = f"/paper/{obs.cited.arxiv_id}" if obs.cited is not None else None
-    item: dict[str, Any] = {
+    return {
         "citation": {
             "cited_paper": shared.paper(obs.cited),
             "cited_work": cited_work(obs),
@@ -252,10 +260,59 @@ def observation(obs: Observation, standing: dict[Any, Standing] | _Shared) -> di
             "resolver_source": obs.resolution.resolver_source,
             "status": obs.resolution.status,
         },
-        "standing_notice": shared.notice(obs),
     }
-    item["observation_digest"] = observation_digest(item)
+
+
+_ID_KEY = b',"observation_id":'
+
+
+def _finished(item: dict[str, Any], obs: Observation, shared: _Shared,
+              serialized: dict[int, bytes] | None = None) -> dict[str, Any]:
+    item["standing_notice"] = shared.notice(obs)
+    raw = canonical_bytes(item)  # the key is not in it yet: what observation_digest(item) hashes
+    digest = "sha256:" + hashlib.sha256(raw).hexdigest()
+    item["observation_digest"] = digest
+    if serialized is not None:
+        # The item's canonical bytes with the digest: it sorts just before observation_id, the first
+        # top-level key after "links" (a quote inside a JSON string is escaped, so this cannot be in one).
+        at = raw.find(_ID_KEY)
+        if at > 0:
+            serialized[id(item)] = raw[:at] + b',"observation_digest":"' + digest.encode() + b'"' + raw[at:]
     return item
+
+
+class Prebuilt:
+    """Observations' items built ahead of the record, while the database runs the next statement
+    (loaders.record.record_rows calls `prepare` with each page as it arrives); build_record finishes
+    them (notice, digest) once standing is known."""
+
+    def __init__(self) -> None:
+        self.shared = _Shared({})
+        self.items: dict[int, tuple[Observation, dict[str, Any]]] = {}
+        self.serialized: dict[int, bytes] = {}  # finished items' canonical bytes, by the item's identity
+
+    def prepare(self, observations: list[Observation]) -> None:
+        for o in observations:
+            self.items[id(o)] = (o, _item(o, self.shared))
+
+    def item(self, obs: Observation) -> dict[str, Any]:
+        found = self.items.pop(id(obs), None)
+        return found[1] if found is not None and found[0] is obs else _item(obs, self.shared)
+
+    def canonical(self, value: dict[str, Any]) -> bytes:
+        """canonical_bytes(value) for a document built with this builder, its items' bytes not made again."""
+        try:
+            return orjson.dumps(self._fragments(value), option=orjson.OPT_SORT_KEYS)
+        except TypeError:
+            return canonical_bytes(value)
+
+    def _fragments(self, value: dict[str, Any]) -> dict[str, Any]:
+        shown = dict(value)
+        for direction in ("inbound", "outbound"):
+            if direction in shown:
+                shown[direction] = [orjson.Fragment(self.serialized[id(o)]) if id(o) in self.serialized else o
+                                    for o in shown[direction]]
+        return shown
 
 
 def _lane(lane: str, denominator: int, observed: int, source: str, observed_at: str | None) -> dict[str, Any]:
@@ -270,12 +327,15 @@ def _lane(lane: str, denominator: int, observed: int, source: str, observed_at: 
     }
 
 
-def build_record(rows: RecordRows) -> dict[str, Any]:
-    """Build the v1 document from the rows visible at rows.as_of."""
+def build_record(rows: RecordRows, prebuilt: Prebuilt | None = None) -> dict[str, Any]:
+    """Build the v1 document from the rows visible at rows.as_of (with items built ahead, if given)."""
     paper = rows.paper
-    shared = _Shared(rows.standing)
-    inbound = [observation(o, shared) for o in rows.inbound]
-    outbound = [observation(o, shared) for o in rows.outbound]
+    prebuilt = prebuilt or Prebuilt()
+    shared = prebuilt.shared
+    shared.standing, shared.notices = rows.standing, {}
+    serialized = prebuilt.serialized
+    inbound = [_finished(prebuilt.item(o), o, shared, serialized) for o in rows.inbound]
+    outbound = [_finished(prebuilt.item(o), o, shared, serialized) for o in rows.outbound]
     displayed = rows.inbound + rows.outbound
 
     state_counts = {status: 0 for status in STATUSES}
@@ -354,5 +414,7 @@ def build_record(rows: RecordRows) -> dict[str, Any]:
             f"observations for arXiv:{paper.arxiv_id}."
         ),
     }
-    document["context_digest"] = context_digest(document)
+    # = context_digest(document), the items' bytes reused
+    document["context_digest"] = "sha256:" + hashlib.sha256(prebuilt.canonical(
+        {k: v for k, v in document.items() if k not in ("context_digest", "as_of")})).hexdigest()
     return document

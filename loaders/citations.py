@@ -14,7 +14,7 @@ from uuid import UUID
 
 from loaders.base import Db, at_param
 from loaders.papers import paper_from
-from loaders.rows import Observation, Resolution, WorkSnapshot
+from loaders.rows import Observation, PaperSnapshot, Resolution, WorkSnapshot
 
 # $AS is the instant's parameter number in each statement below.
 _LATEST_STATUS: Final = """coalesce((
@@ -26,7 +26,9 @@ _LATEST_STATUS: Final = """coalesce((
         LIMIT 1), 'unresolved')"""
 
 # Visible at the instant: parsed, and the citing paper has a snapshot (kept on the row by the database).
-_VISIBLE: Final = "o.visible_from <= $AS"
+# An observation is visible from its visible_from (kept by the database: parsed, and its citing paper
+# has a snapshot), at the instant $AS.
+VISIBLE: Final = "o.visible_from <= $AS"
 
 # A cited work counts as retracted when its notice is measured and the latest of its retraction,
 # withdrawal and reinstatement events at the instant is a retraction or withdrawal.
@@ -110,7 +112,7 @@ CROSS JOIN LATERAL (
     WHERE o.cited_arxiv_id = k.arxiv_id
       AND (o.citing_arxiv_id, o.reference_index, o.observation_id)
           {op} (coalesce(k.key_citing, {bound[0]}), coalesce(k.key_index, {bound[1]}), coalesce(k.key_id, {bound[2]}))
-      AND {_VISIBLE}
+      AND {VISIBLE}
       AND ($7::text[] IS NULL OR {_LATEST_STATUS} = ANY($7::text[]))
     ORDER BY o.citing_arxiv_id {order}, o.reference_index {order}, o.observation_id {order}
     LIMIT $6
@@ -132,7 +134,7 @@ CROSS JOIN LATERAL (
     FROM citation_observations AS o
     WHERE o.citing_arxiv_id = k.arxiv_id
       AND (o.reference_index, o.observation_id) {op} (coalesce(k.key_index, {bound[1]}), coalesce(k.key_id, {bound[2]}))
-      AND {_VISIBLE}
+      AND {VISIBLE}
       AND ($6::text[] IS NULL OR {_LATEST_STATUS} = ANY($6::text[]))
       AND ($7::boolean IS NULL OR $7::boolean = {_RETRACTED})
     ORDER BY o.reference_index {order}, o.observation_id {order}
@@ -160,11 +162,11 @@ CROSS JOIN LATERAL (
     FROM (
         SELECT o.observation_id, o.citing_arxiv_id, o.work_id
         FROM citation_observations AS o
-        WHERE k.direction = 'in' AND o.cited_arxiv_id = k.arxiv_id AND {_VISIBLE}
+        WHERE k.direction = 'in' AND o.cited_arxiv_id = k.arxiv_id AND {VISIBLE}
         UNION ALL
         SELECT o.observation_id, o.citing_arxiv_id, o.work_id
         FROM citation_observations AS o
-        WHERE k.direction = 'out' AND o.citing_arxiv_id = k.arxiv_id AND {_VISIBLE}
+        WHERE k.direction = 'out' AND o.citing_arxiv_id = k.arxiv_id AND {VISIBLE}
     ) AS o
     WHERE ($4::text[] IS NULL OR {_LATEST_STATUS} = ANY($4::text[]))
       AND ($5::boolean IS NULL OR $5::boolean = {_RETRACTED})
@@ -177,11 +179,25 @@ SELECT k.ord, {_DETAIL_COLUMNS}
 FROM unnest($1::uuid[]) WITH ORDINALITY AS k(observation_id, ord)
 JOIN citation_observations AS o
   ON o.observation_id = k.observation_id
- AND {_VISIBLE} {_DETAIL_JOINS}
+ AND {VISIBLE} {_DETAIL_JOINS}
 """, 2)
 
 
-def observation_from(row: Any) -> Observation:
+_PAPER_KEYS: Final = {prefix: (prefix + "arxiv_id", prefix + "observed_at") for prefix in ("c_", "d_")}
+
+
+def _paper_of(row: Any, prefix: str, papers: dict[tuple, PaperSnapshot | None] | None) -> PaperSnapshot | None:
+    """The row's citing ("c_") or cited ("d_") paper snapshot; one object per snapshot across `papers`."""
+    if papers is None:
+        return paper_from(row, prefix)
+    id_key, at_key = _PAPER_KEYS[prefix]
+    key = (row[id_key], row[at_key])
+    if key not in papers:
+        papers[key] = paper_from(row, prefix)
+    return papers[key]
+
+
+def observation_from(row: Any, papers: dict[tuple, PaperSnapshot | None] | None = None) -> Observation:
     work = None
     if row["w_observed_at"] is not None:
         work = WorkSnapshot(
@@ -210,8 +226,8 @@ def observation_from(row: Any) -> Observation:
         work_id=row["work_id"],
         printed_title=row["printed_title"],
         printed_year=row["printed_year"],
-        citing=paper_from(row, "c_"),
-        cited=paper_from(row, "d_"),
+        citing=_paper_of(row, "c_", papers),
+        cited=_paper_of(row, "d_", papers),
         work=work,
         resolution=resolution,
     )
@@ -232,6 +248,19 @@ def pages_from_rows(rows: Sequence[Any], n: int) -> list[list[Observation]]:
     return pages
 
 
+def row_pages(rows: Sequence[Any], n: int) -> list[list[Any]]:
+    """The rows of each page, not yet converted (their conversion can wait for the next statement)."""
+    pages: list[list[Any]] = [[] for _ in range(n)]
+    for row in rows:
+        pages[row["ord"] - 1].append(row)
+    return pages
+
+
+def linked_work_ids(rows: Sequence[Any]) -> list[UUID]:
+    """The works linked at the instant behind page rows (as Observation.work), each once, in order."""
+    return list(dict.fromkeys(row["work_id"] for row in rows if row["w_observed_at"] is not None))
+
+
 async def inbound_pages(db: Db, keys: Sequence[PageKey], as_of: datetime, limit: int,
                         statuses: Sequence[str] | None = None, backward: bool = False) -> list[list[Observation]]:
     """Inbound observations of each paper in record order (citing id, reference index, id).
@@ -239,8 +268,13 @@ async def inbound_pages(db: Db, keys: Sequence[PageKey], as_of: datetime, limit:
     Forward: the first `limit` after each key's cursor. Backward: the last `limit` before it, nearest
     first (the caller reverses them into record order).
     """
+    return pages_from_rows(await inbound_page_rows(db, keys, as_of, limit, statuses, backward), len(keys))
+
+
+async def inbound_page_rows(db: Db, keys: Sequence[PageKey], as_of: datetime, limit: int,
+                            statuses: Sequence[str] | None = None, backward: bool = False) -> Sequence[Any]:
     after = [k.after or (None, None, None) for k in keys]
-    rows = await db.fetch(
+    return await db.fetch(
         INBOUND_PAGES_BACKWARD if backward else INBOUND_PAGES,
         [k.arxiv_id for k in keys],
         [a[0] for a in after],
@@ -250,15 +284,21 @@ async def inbound_pages(db: Db, keys: Sequence[PageKey], as_of: datetime, limit:
         limit,
         list(statuses) if statuses is not None else None,
     )
-    return pages_from_rows(rows, len(keys))
 
 
 async def outbound_pages(db: Db, keys: Sequence[PageKey], as_of: datetime, limit: int,
                          statuses: Sequence[str] | None = None,
                          cites_retracted: bool | None = None, backward: bool = False) -> list[list[Observation]]:
     """Outbound observations of each paper by reference index, then id (backward as for inbound)."""
+    return pages_from_rows(await outbound_page_rows(db, keys, as_of, limit, statuses, cites_retracted, backward),
+                           len(keys))
+
+
+async def outbound_page_rows(db: Db, keys: Sequence[PageKey], as_of: datetime, limit: int,
+                             statuses: Sequence[str] | None = None, cites_retracted: bool | None = None,
+                             backward: bool = False) -> Sequence[Any]:
     after = [k.after or (None, None) for k in keys]
-    rows = await db.fetch(
+    return await db.fetch(
         OUTBOUND_PAGES_BACKWARD if backward else OUTBOUND_PAGES,
         [k.arxiv_id for k in keys],
         [a[0] for a in after],
@@ -268,7 +308,6 @@ async def outbound_pages(db: Db, keys: Sequence[PageKey], as_of: datetime, limit
         list(statuses) if statuses is not None else None,
         cites_retracted,
     )
-    return pages_from_rows(rows, len(keys))
 
 
 async def citation_counts(db: Db, keys: Sequence[tuple[str, str]], as_of: datetime,

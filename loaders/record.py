@@ -2,59 +2,104 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, Awaitable, Callable, Final, Sequence, TypeVar
 
 from loaders.base import Db, at_each, by_instant
 from loaders.citations import (
     CITATION_COUNTS_TEMPLATE,
     INBOUND_PAGES_TEMPLATE,
     OUTBOUND_PAGES_TEMPLATE,
+    VISIBLE,
     PageKey,
-    citation_counts,
-    inbound_pages,
-    outbound_pages,
+    inbound_page_rows,
+    linked_work_ids,
+    observation_from,
+    outbound_page_rows,
     pages_from_rows,
+    row_pages,
     totals_from_rows,
 )
-from loaders.measurements import MEASUREMENTS_TEMPLATE, measurements_by_paper, measurements_from_rows
-from loaders.papers import PAPER_SNAPSHOTS_TEMPLATE, paper_snapshots, papers_from_rows
-from loaders.rows import Caps, Counts, RecordRows
+from loaders.measurements import MEASUREMENTS_BY_ARXIV_ID, MEASUREMENTS_TEMPLATE, measurements_from_rows
+from loaders.papers import PAPER_SNAPSHOTS_BY_ARXIV_ID, PAPER_SNAPSHOTS_TEMPLATE, papers_from_rows
+from loaders.rows import Caps, Counts, Measurement, Observation, RecordRows
 from loaders.standing import STANDING_TEMPLATE, standing_by_work, standing_from_rows
 
 T = TypeVar("T")
+U = TypeVar("U")
+
+# Each paper's snapshot at the instant with its record's head facts, in one statement: its visible
+# inbound and outbound totals (as citation_counts counts them) and its latest measurement per source
+# (the measurements statement itself, as a CTE), by source.
+RECORD_HEADS: Final = f"""
+WITH m AS ({MEASUREMENTS_BY_ARXIV_ID})
+SELECT p.*,
+       (SELECT count(*) FROM citation_observations AS o
+         WHERE o.cited_arxiv_id = p.arxiv_id AND {VISIBLE.replace("$AS", "$2")}) AS inbound_total,
+       (SELECT count(*) FROM citation_observations AS o
+         WHERE o.citing_arxiv_id = p.arxiv_id AND {VISIBLE.replace("$AS", "$2")}) AS outbound_total,
+       ARRAY(SELECT m.source FROM m WHERE m.arxiv_id = p.arxiv_id ORDER BY m.source) AS m_source,
+       ARRAY(SELECT m.observed_at FROM m WHERE m.arxiv_id = p.arxiv_id ORDER BY m.source) AS m_observed_at,
+       ARRAY(SELECT m.count FROM m WHERE m.arxiv_id = p.arxiv_id ORDER BY m.source) AS m_count
+FROM ({PAPER_SNAPSHOTS_BY_ARXIV_ID}) AS p
+"""
 
 SERVED_CAPS = Caps()
 
 
 async def record_rows(db: Db, arxiv_ids: Sequence[str], as_of: datetime,
-                      caps: Caps | None = SERVED_CAPS) -> list[RecordRows | None]:
+                      caps: Caps | None = SERVED_CAPS,
+                      prepare: Callable[[list[Observation]], None] | None = None) -> list[RecordRows | None]:
     """Rows for each paper's record, None where the paper has no snapshot by as_of.
 
     caps=None itemizes every observation (an uncapped export); its disclosed caps are then the
-    larger of the served caps and the paper's totals.
+    larger of the served caps and the paper's totals. `prepare`, when given, is called with each page
+    of observations while the next statement runs (the record builder's head start).
     """
-    papers = await paper_snapshots(db, arxiv_ids, as_of)
+    heads = await db.fetch(RECORD_HEADS, list(arxiv_ids), as_of)
+    papers = papers_from_rows(heads, len(arxiv_ids))
     present = [p for p in papers if p is not None]
     if not present:
         return [None] * len(arxiv_ids)
     ids = [p.arxiv_id for p in present]
-    totals = await citation_counts(db, [(a, "in") for a in ids] + [(a, "out") for a in ids], as_of)
-    counts = [Counts(inbound=totals[i], outbound=totals[len(ids) + i]) for i in range(len(ids))]
+    by_id = {row["arxiv_id"]: row for row in heads}
+    counts = [Counts(inbound=by_id[a]["inbound_total"], outbound=by_id[a]["outbound_total"]) for a in ids]
+    measurements = [[Measurement(a, *m) for m in zip(by_id[a]["m_source"], by_id[a]["m_observed_at"],
+                                                     by_id[a]["m_count"])] for a in ids]
     if caps is None:
         per_paper = [replace(SERVED_CAPS, inbound=max(SERVED_CAPS.inbound, c.inbound),
                              outbound=max(SERVED_CAPS.outbound, c.outbound)) for c in counts]
     else:
         per_paper = [caps] * len(ids)
-    measurements = await measurements_by_paper(db, ids, as_of)
     keys = [PageKey(a) for a in ids]
-    inbound = await inbound_pages(db, keys, as_of, max(c.inbound for c in per_paper))
-    outbound = await outbound_pages(db, keys, as_of, max(c.outbound for c in per_paper))
-    inbound = [page[: c.inbound] for page, c in zip(inbound, per_paper)]
-    outbound = [page[: c.outbound] for page, c in zip(outbound, per_paper)]
-    work_ids = list(dict.fromkeys(o.work.work_id for page in inbound + outbound for o in page if o.work is not None))
-    standing = dict(zip(work_ids, await standing_by_work(db, work_ids, as_of))) if work_ids else {}
+    n = len(ids)
+    inbound_rows = row_pages(await inbound_page_rows(db, keys, as_of, max(c.inbound for c in per_paper)), n)
+    inbound_rows = [page[: c.inbound] for page, c in zip(inbound_rows, per_paper)]
+    # From here each statement runs in the database while the rows of the one before become objects.
+    snapshots: dict[tuple, Any] = {}  # a snapshot met on many rows (the paper itself on every one) made once
+
+    def convert(pages: list[list[Any]]) -> list[list[Observation]]:
+        converted = [[observation_from(r, snapshots) for r in page] for page in pages]
+        if prepare is not None:
+            for page in converted:
+                prepare(page)
+        return converted
+
+    found, inbound = await _meanwhile(outbound_page_rows(db, keys, as_of, max(c.outbound for c in per_paper)),
+                                      lambda: convert(inbound_rows))
+    outbound_rows = [page[: c.outbound] for page, c in zip(row_pages(found, n), per_paper)]
+    work_ids = linked_work_ids([r for page in inbound_rows + outbound_rows for r in page])
+
+    def convert_outbound() -> list[list[Observation]]:
+        return convert(outbound_rows)
+
+    if work_ids:
+        found_standing, outbound = await _meanwhile(standing_by_work(db, work_ids, as_of), convert_outbound)
+        standing = dict(zip(work_ids, found_standing))
+    else:
+        outbound, standing = convert_outbound(), {}
 
     built = {
         p.arxiv_id: RecordRows(as_of=as_of, paper=p, counts=counts[i], inbound=inbound[i], outbound=outbound[i],
@@ -101,3 +146,20 @@ async def record_history(db: Db, arxiv_id: str, instants: Sequence[datetime],
 
 def _each(rows: Sequence[Any], n: int, convert: Callable[[list[Any]], T]) -> list[T]:
     return [convert(group) for group in by_instant(rows, n)]
+
+
+async def _meanwhile(statement: Awaitable[T], work: Callable[[], U]) -> tuple[T, U]:
+    """Do `work` (Python) while `statement` runs in the database: the two overlap instead of adding up.
+
+    The statement is started first and given one turn of the event loop, in which it is sent; a request
+    cancelled meanwhile cancels it (the session then rolls back and releases, as for any statement).
+    """
+    running = asyncio.ensure_future(statement)
+    await asyncio.sleep(0)
+    try:
+        done = work()
+    except BaseException:
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+        raise
+    return await running, done

@@ -12,11 +12,11 @@ from app.settings import Settings
 
 # asyncpg introspects array types on first use; doing it when a connection opens keeps a
 # request's statements to the ones its query needs.
-WARM_UP = "SELECT $1::uuid[], $2::int[], $3::text[], $4::boolean, $5::timestamptz"
+WARM_UP = "SELECT $1::uuid[], $2::int[], $3::text[], $4::boolean, $5::timestamptz, $6::timestamptz[]"
 
 
 async def warm_up(conn: asyncpg.Connection) -> None:
-    await conn.fetch(WARM_UP, [], [], [], None, None)
+    await conn.fetch(WARM_UP, [], [], [], None, None, [])
 
 
 async def _keep_connection(conn: asyncpg.Connection) -> None:

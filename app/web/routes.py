@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from html import escape
@@ -84,16 +85,22 @@ def _arguments(request: Request) -> tuple[str, "datetime", bool]:
 
 
 def routes(app: "App") -> list:
-    async def document_for(request: Request) -> tuple[dict, bool]:
+    async def document_for(request: Request) -> tuple[dict, bool, record.Prebuilt]:
         arxiv_id, as_of, pinned = _arguments(request)
         session = app.session()
+        closing = None
         try:
-            (rows,) = await record_rows(session, [arxiv_id], as_of)
+            prebuilt = record.Prebuilt()  # observations' items built while later statements run
+            (rows,) = await record_rows(session, [arxiv_id], as_of, prepare=prebuilt.prepare)
+            # The transaction ends (a round trip) while the document is finished from rows already read.
+            closing = asyncio.ensure_future(session.close())
+            await asyncio.sleep(0)
+            document = record.build_record(rows, prebuilt) if rows is not None else None
         finally:
-            await session.close()
-        if rows is None:
+            await (closing if closing is not None else session.close())
+        if document is None:
             raise NotFound(f"no paper {arxiv_id} is known as of {record.as_of_text(as_of)}")
-        return record.build_record(rows), pinned
+        return document, pinned, prebuilt
 
     def handled(handler):
         async def endpoint(request: Request) -> Response:
@@ -117,18 +124,18 @@ def routes(app: "App") -> list:
         return response
 
     async def record_json(request: Request) -> Response:
-        document, pinned = await document_for(request)
+        document, pinned, prebuilt = await document_for(request)
         return cached(request, etag_of(document["context_digest"]),
-                      lambda: Response(record.canonical_bytes(document), media_type="application/json"), pinned)
+                      lambda: Response(prebuilt.canonical(document), media_type="application/json"), pinned)
 
     async def record_html(request: Request) -> Response:
-        document, pinned = await document_for(request)
+        document, pinned, _ = await document_for(request)
         etag = etag_of("ledger", TEMPLATE_VERSION, document["context_digest"], document["as_of"])
         return cached(request, etag, lambda: HTMLResponse(render_ledger(document)), pinned)
 
     async def integrity(request: Request) -> Response:
-        document, _ = await document_for(request)
-        raw = record.canonical_bytes(document)
+        document, _, prebuilt = await document_for(request)
+        raw = prebuilt.canonical(document)
         parsed = json.loads(raw)
         checks = []
         for direction in ("inbound", "outbound"):
@@ -162,7 +169,7 @@ def routes(app: "App") -> list:
                             headers=headers)
 
     async def paper_page(request: Request) -> Response:
-        document, pinned = await document_for(request)
+        document, pinned, _ = await document_for(request)
         p = document["paper"]
         as_of = document["as_of"]
         summary = {

@@ -1,0 +1,170 @@
+"""The served record's path (one head statement, pages converted and items built while the next statement
+runs, bytes reused) gives the same bytes as a record assembled from the individual loaders, one by one."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from datetime import datetime, timedelta, timezone
+
+import asyncpg
+import pytest
+import pytest_asyncio
+
+from app import record
+from app.db.pool import Session, create_pool
+from app.settings import Settings
+from loaders.citations import PageKey, citation_counts, inbound_pages, outbound_pages
+from loaders.measurements import measurements_by_paper
+from loaders.papers import paper_snapshots
+from loaders.record import SERVED_CAPS, record_rows
+from loaders.rows import Counts, RecordRows
+from loaders.standing import standing_by_work
+from tests.conftest import StatementLog, drop_database, serve, synthetic_database
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def graph(admin_url):
+    url = await synthetic_database(admin_url, "pith_test_record_path", 300, 31)
+    conn = await asyncpg.connect(url)
+    try:
+        papers = [r[0] for r in await conn.fetch("SELECT DISTINCT arxiv_id FROM paper_snapshots ORDER BY 1")]
+        hot = [r[0] for r in await conn.fetch(
+            "SELECT cited_arxiv_id FROM citation_observations WHERE cited_arxiv_id IS NOT NULL GROUP BY 1 "
+            "ORDER BY count(*) DESC, 1 LIMIT 3")]
+        low, high = await conn.fetchrow("SELECT min(source_observed_at), max(source_observed_at) FROM citation_observations")
+        measured = await conn.fetchval("SELECT count(DISTINCT arxiv_id) FROM external_measurements")
+    finally:
+        await conn.close()
+    pool = await create_pool(Settings(), url, min_size=1, max_size=4)
+    yield pool, papers, hot, low, high, url, measured
+    await pool.close()
+    await drop_database(admin_url, url)
+
+
+async def one_by_one(db, arxiv_id: str, at: datetime) -> RecordRows | None:
+    """A record's rows from the loaders GraphQL uses, one statement each, nothing overlapped."""
+    (paper,) = await paper_snapshots(db, [arxiv_id], at)
+    if paper is None:
+        return None
+    inbound_total, outbound_total = await citation_counts(db, [(arxiv_id, "in"), (arxiv_id, "out")], at)
+    (measurements,) = await measurements_by_paper(db, [arxiv_id], at)
+    (inbound,) = await inbound_pages(db, [PageKey(arxiv_id)], at, SERVED_CAPS.inbound)
+    (outbound,) = await outbound_pages(db, [PageKey(arxiv_id)], at, SERVED_CAPS.outbound)
+    works = list(dict.fromkeys(o.work.work_id for o in inbound + outbound if o.work is not None))
+    standing = dict(zip(works, await standing_by_work(db, works, at))) if works else {}
+    return RecordRows(as_of=at, paper=paper, counts=Counts(inbound_total, outbound_total), inbound=inbound,
+                      outbound=outbound, measurements=measurements, standing=standing, caps=SERVED_CAPS)
+
+
+def cases(graph, n: int, seed: int) -> list[tuple[str, datetime]]:
+    _, papers, hot, low, high, _, _ = graph
+    rng = random.Random(seed)
+    span = (high - low).total_seconds()
+    instants = [high + timedelta(days=1)] + [low + timedelta(seconds=rng.uniform(0, span)) for _ in range(4)]
+    chosen = hot + rng.sample(papers, n) + ["9912.99999"]
+    return [(a, rng.choice(instants).replace(microsecond=0)) for a in chosen]
+
+
+async def test_records_equal_the_one_by_one_assembly(graph):
+    pool = graph[0]
+    found = 0
+    for arxiv_id, at in cases(graph, 60, 1):
+        session = Session.from_pool(pool)
+        try:
+            expected = await one_by_one(session, arxiv_id, at)
+        finally:
+            await session.close()
+        prebuilt = record.Prebuilt()
+        session = Session.from_pool(pool)
+        try:
+            (rows,) = await record_rows(session, [arxiv_id], at, prepare=prebuilt.prepare)
+            assert session.statements <= 4
+        finally:
+            await session.close()
+        if expected is None:
+            assert rows is None
+            continue
+        want = record.canonical_bytes(record.build_record(expected))
+        document = record.build_record(rows, prebuilt)
+        assert prebuilt.canonical(document) == want, (arxiv_id, at)
+        assert record.canonical_bytes(document) == want
+        assert document["context_digest"] == record.context_digest(document)
+        found += 1
+    assert found >= 30
+
+
+async def test_many_papers_at_once_match_each_alone(graph):
+    """The head statement and pages batch papers (exports ask for many; repeats and unknown ids included)."""
+    pool = graph[0]
+    chosen = cases(graph, 25, 2)
+    at = chosen[0][1]
+    ids = [a for a, _ in chosen] + [chosen[0][0], "9912.99999"]
+    session = Session.from_pool(pool)
+    try:
+        together = await record_rows(session, ids, at)
+        alone = [(await record_rows(session, [a], at))[0] for a in ids]
+    finally:
+        await session.close()
+    assert [r is None for r in together] == [r is None for r in alone]
+    assert any(r is not None for r in together)
+    for a, b in zip(together, alone):
+        if a is not None:
+            assert record.canonical_bytes(record.build_record(a)) == record.canonical_bytes(record.build_record(b))
+
+
+async def test_measurements_reach_the_records(graph):
+    """Some papers have measurements (the head statement's arrays), so the comparison above covers them."""
+    assert graph[6] > 0
+
+
+async def test_served_record_equals_the_assembly_in_at_most_four_statements(graph):
+    pool, url = graph[0], graph[5]
+    log = StatementLog()
+    async for s in serve(url, log):
+        for arxiv_id, at in cases(graph, 15, 3):
+            session = Session.from_pool(pool)
+            try:
+                expected = await one_by_one(session, arxiv_id, at)
+            finally:
+                await session.close()
+            log.clear()
+            response = await s.client.get(f"/paper/{arxiv_id}/citation-record.json",
+                                          params={"as_of": at.isoformat().replace("+00:00", "Z")})
+            if expected is None:
+                assert response.status_code == 404
+                continue
+            assert response.status_code == 200
+            assert response.content == record.canonical_bytes(record.build_record(expected))
+            assert 3 <= len(log.counted) <= 4
+
+
+async def test_a_record_request_cancelled_mid_way_gives_its_connection_back(graph):
+    """Cancelled while a statement runs beside the conversion of the last one: nothing is left running."""
+    pool, papers, hot = graph[0], graph[1], graph[2]
+    at = datetime.now(timezone.utc)
+    for delay in [0, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.008] * 3:
+        prebuilt = record.Prebuilt()
+        session = Session.from_pool(pool)
+
+        async def build() -> None:
+            try:
+                await record_rows(session, [hot[0]], at, prepare=prebuilt.prepare)
+            finally:
+                await session.close()
+
+        task = asyncio.ensure_future(build())
+        await asyncio.sleep(delay)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    await asyncio.sleep(0.3)
+    assert pool.get_idle_size() == pool.get_size()
+    conn = await asyncpg.connect(graph[5])
+    try:
+        busy = await conn.fetchval("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                                   "AND pid <> pg_backend_pid() AND state <> 'idle'")
+    finally:
+        await conn.close()
+    assert busy == 0
