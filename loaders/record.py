@@ -92,14 +92,12 @@ async def record_rows(db: Db, arxiv_ids: Sequence[str], as_of: datetime,
     outbound_rows = [page[: c.outbound] for page, c in zip(row_pages(found, n), per_paper)]
     work_ids = linked_work_ids([r for page in inbound_rows + outbound_rows for r in page])
 
-    def convert_outbound() -> list[list[Observation]]:
-        return convert(outbound_rows)
-
     if work_ids:
-        found_standing, outbound = await _meanwhile(standing_by_work(db, work_ids, as_of), convert_outbound)
+        found_standing, outbound = await _meanwhile(standing_by_work(db, work_ids, as_of),
+                                                    lambda: convert(outbound_rows))
         standing = dict(zip(work_ids, found_standing))
     else:
-        outbound, standing = convert_outbound(), {}
+        outbound, standing = convert(outbound_rows), {}
 
     built = {
         p.arxiv_id: RecordRows(as_of=as_of, paper=p, counts=counts[i], inbound=inbound[i], outbound=outbound[i],
