@@ -7,8 +7,8 @@ import contextlib
 import gc
 import json
 import logging
+import os
 import time
-import uuid
 from dataclasses import replace
 from typing import Any, AsyncIterator, Awaitable, Callable
 
@@ -68,7 +68,7 @@ class RequestIdMiddleware:
             await self.app(scope, receive, send)
             return
         given = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
-        rid = given if given and len(given) <= 64 and given.replace("-", "").isalnum() else uuid.uuid4().hex
+        rid = given if given and len(given) <= 64 and given.replace("-", "").isalnum() else os.urandom(16).hex()
         token = request_id.set(rid)
 
         async def send_with_id(message: dict) -> None:
