@@ -209,6 +209,18 @@ async def served(database_url: str, statements: StatementLog) -> AsyncIterator[S
         yield s
 
 
+async def assert_settled(pool: asyncpg.Pool, url: str) -> None:
+    """Every connection of the pool back and idle, and no statement of ours still running in the database."""
+    assert pool.get_idle_size() == pool.get_size()
+    conn = await asyncpg.connect(url)
+    try:
+        busy = await conn.fetchval("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pith-graph' "
+                                   "AND datname = current_database() AND state <> 'idle'")
+    finally:
+        await conn.close()
+    assert busy == 0
+
+
 def seed_bytes() -> bytes:
     return SEED.read_bytes()
 

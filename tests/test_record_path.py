@@ -20,7 +20,7 @@ from loaders.papers import paper_snapshots
 from loaders.record import SERVED_CAPS, record_rows
 from loaders.rows import Counts, RecordRows
 from loaders.standing import standing_by_work
-from tests.conftest import StatementLog, drop_database, serve, synthetic_database
+from tests.conftest import StatementLog, assert_settled, drop_database, serve, synthetic_database
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -44,8 +44,16 @@ async def graph(admin_url):
     await drop_database(admin_url, url)
 
 
-async def one_by_one(db, arxiv_id: str, at: datetime) -> RecordRows | None:
+async def one_by_one(pool, arxiv_id: str, at: datetime) -> RecordRows | None:
     """A record's rows from the loaders GraphQL uses, one statement each, nothing overlapped."""
+    db = Session.from_pool(pool)
+    try:
+        return await _one_by_one(db, arxiv_id, at)
+    finally:
+        await db.close()
+
+
+async def _one_by_one(db, arxiv_id: str, at: datetime) -> RecordRows | None:
     (paper,) = await paper_snapshots(db, [arxiv_id], at)
     if paper is None:
         return None
@@ -72,11 +80,7 @@ async def test_records_equal_the_one_by_one_assembly(graph):
     pool = graph[0]
     found = 0
     for arxiv_id, at in cases(graph, 60, 1):
-        session = Session.from_pool(pool)
-        try:
-            expected = await one_by_one(session, arxiv_id, at)
-        finally:
-            await session.close()
+        expected = await one_by_one(pool, arxiv_id, at)
         prebuilt = record.Prebuilt()
         session = Session.from_pool(pool)
         try:
@@ -125,11 +129,7 @@ async def test_served_record_equals_the_assembly_in_at_most_four_statements(grap
     log = StatementLog()
     async for s in serve(url, log):
         for arxiv_id, at in cases(graph, 15, 3):
-            session = Session.from_pool(pool)
-            try:
-                expected = await one_by_one(session, arxiv_id, at)
-            finally:
-                await session.close()
+            expected = await one_by_one(pool, arxiv_id, at)
             log.clear()
             response = await s.client.get(f"/paper/{arxiv_id}/citation-record.json",
                                           params={"as_of": at.isoformat().replace("+00:00", "Z")})
@@ -143,7 +143,7 @@ async def test_served_record_equals_the_assembly_in_at_most_four_statements(grap
 
 async def test_a_record_request_cancelled_mid_way_gives_its_connection_back(graph):
     """Cancelled while a statement runs beside the conversion of the last one: nothing is left running."""
-    pool, papers, hot = graph[0], graph[1], graph[2]
+    pool, hot = graph[0], graph[2]
     at = datetime.now(timezone.utc)
     for delay in [0, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.008] * 3:
         prebuilt = record.Prebuilt()
@@ -160,11 +160,4 @@ async def test_a_record_request_cancelled_mid_way_gives_its_connection_back(grap
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
     await asyncio.sleep(0.3)
-    assert pool.get_idle_size() == pool.get_size()
-    conn = await asyncpg.connect(graph[5])
-    try:
-        busy = await conn.fetchval("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                                   "AND pid <> pg_backend_pid() AND state <> 'idle'")
-    finally:
-        await conn.close()
-    assert busy == 0
+    await assert_settled(pool, graph[5])
