@@ -218,3 +218,27 @@ async def test_requests_cancelled_mid_statement_give_their_connections_back(pair
     await assert_settled(app.state.pith.pool, pair[6])
     response = await fast.client.post("/graphql", content=body, headers={"content-type": "application/json"})
     assert response.status_code == 200 and app.state.pith.prepared.answered > before
+
+
+async def test_with_cors_configured_prepared_answers_carry_the_same_headers(pair):
+    """CORS wraps the prepared path: an allowed origin gets the same headers either way."""
+    url = pair[6]
+    log = StatementLog()
+    origins = ("https://app.example.org",)
+    fast_gen = serve(url, log, Settings(database_url=url, cors_origins=origins))
+    slow_gen = serve(url, log, Settings(database_url=url, cors_origins=origins, prepared_fast_path=False))
+    fast, slow = await fast_gen.__anext__(), await slow_gen.__anext__()
+    try:
+        body = json.dumps({"query": Q2, "variables": {"id": pair[2][5]}}).encode()
+        for origin in ("https://app.example.org", "https://elsewhere.example"):
+            headers = {"content-type": "application/json", "origin": origin}
+            await both((fast, slow), body, headers)
+            answered = fast.app.state.pith.prepared.answered
+            response = await fast.client.post("/graphql", content=body, headers=headers)
+            assert fast.app.state.pith.prepared.answered == answered + 1
+            allowed = response.headers.get("access-control-allow-origin")
+            assert allowed == (origin if origin in origins else None)
+    finally:
+        for gen in (fast_gen, slow_gen):
+            with pytest.raises(StopAsyncIteration):
+                await gen.__anext__()
