@@ -8,6 +8,7 @@ prepared path answers) and once to the second; status, headers and body must be 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 from datetime import timedelta, timezone
@@ -33,25 +34,37 @@ Q1 = """query($id: String!, $at: DateTime) { paper(arxivId: $id, asOf: $at) { ti
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def pair(admin_url):
     url = await synthetic_database(admin_url, "pith_test_fastpath", 300, 23)
-    conn = await asyncpg.connect(url)
     try:
-        await conn.execute("UPDATE paper_snapshots SET title = 'quote \" slash \\ 漢字 🚀 \u2028' WHERE arxiv_id = "
-                           "(SELECT min(arxiv_id) FROM paper_snapshots)")
-        papers = [r[0] for r in await conn.fetch("SELECT DISTINCT arxiv_id FROM paper_snapshots ORDER BY 1")]
-        hub = await conn.fetchval("SELECT cited_arxiv_id FROM citation_observations WHERE cited_arxiv_id IS NOT NULL "
-                                  "GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT 1")
-        low, high = await conn.fetchrow("SELECT min(observed_at), max(observed_at) FROM paper_snapshots")
+        conn = await asyncpg.connect(url)
+        try:
+            await conn.execute("UPDATE paper_snapshots SET title = 'quote \" slash \\ 漢字 🚀 \u2028' WHERE arxiv_id = "
+                               "(SELECT min(arxiv_id) FROM paper_snapshots)")
+            papers = [r[0] for r in await conn.fetch("SELECT DISTINCT arxiv_id FROM paper_snapshots ORDER BY 1")]
+            hub = await conn.fetchval("SELECT cited_arxiv_id FROM citation_observations WHERE cited_arxiv_id IS NOT "
+                                      "NULL GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT 1")
+            low, high = await conn.fetchrow("SELECT min(observed_at), max(observed_at) FROM paper_snapshots")
+        finally:
+            await conn.close()
+        async with servers(url) as (fast, slow):
+            yield fast, slow, papers, hub, low, high, url
     finally:
-        await conn.close()
+        await drop_database(admin_url, url)
+
+
+@contextlib.asynccontextmanager
+async def servers(url: str, expect_5xx: bool = False, **settings):
+    """Two servers over one database: with prepared operations, and without."""
     log = StatementLog()
-    fast_servers = serve(url, log)
-    slow_servers = serve(url, log, Settings(database_url=url, prepared_fast_path=False))
-    fast, slow = await fast_servers.__anext__(), await slow_servers.__anext__()
-    yield fast, slow, papers, hub, low, high, url
-    for gen in (fast_servers, slow_servers):
-        with pytest.raises(StopAsyncIteration):
-            await gen.__anext__()
-    await drop_database(admin_url, url)
+    running = [serve(url, log, Settings(database_url=url, prepared_fast_path=fast, **settings), expect_5xx=expect_5xx)
+               for fast in (True, False)]
+    started = []
+    try:
+        for server in running:
+            started.append(await server.__anext__())
+        yield tuple(started)
+    finally:
+        for server in running[:len(started)]:
+            await server.aclose()
 
 
 def comparable(response) -> tuple:
@@ -154,29 +167,21 @@ async def test_odd_requests_get_the_full_stacks_answer(pair, body):
 async def test_a_failing_statement_answers_as_the_full_stack_does(pair, admin_url):
     """A statement timeout: the same 503, data and error path either way (no second try of the statement)."""
     url = pair[6]
-    log = StatementLog()
-    quick = Settings(database_url=url, statement_timeout_ms=300)
-    fast_gen = serve(url, log, quick, expect_5xx=True)
-    slow_gen = serve(url, log, Settings(database_url=url, statement_timeout_ms=300, prepared_fast_path=False),
-                     expect_5xx=True)
-    fast, slow = await fast_gen.__anext__(), await slow_gen.__anext__()
-    body = json.dumps({"query": Q2, "variables": {"id": pair[2][3]}}).encode()
-    headers = {"content-type": "application/json"}
-    await fast.client.post("/graphql", content=body, headers=headers)  # prepared
-    locker = await asyncpg.connect(url)
-    try:
-        transaction = locker.transaction()
-        await transaction.start()
-        await locker.execute("LOCK TABLE paper_snapshots IN ACCESS EXCLUSIVE MODE")
-        before = fast.app.state.pith.prepared.answered
-        answers = [await s.client.post("/graphql", content=body, headers=headers) for s in (fast, slow)]
-        assert fast.app.state.pith.prepared.answered == before + 1
-        await transaction.rollback()
-    finally:
-        await locker.close()
-    for gen in (fast_gen, slow_gen):
-        with pytest.raises(StopAsyncIteration):
-            await gen.__anext__()
+    async with servers(url, expect_5xx=True, statement_timeout_ms=300) as (fast, slow):
+        body = json.dumps({"query": Q2, "variables": {"id": pair[2][3]}}).encode()
+        headers = {"content-type": "application/json"}
+        await fast.client.post("/graphql", content=body, headers=headers)  # prepared
+        locker = await asyncpg.connect(url)
+        try:
+            transaction = locker.transaction()
+            await transaction.start()
+            await locker.execute("LOCK TABLE paper_snapshots IN ACCESS EXCLUSIVE MODE")
+            before = fast.app.state.pith.prepared.answered
+            answers = [await s.client.post("/graphql", content=body, headers=headers) for s in (fast, slow)]
+            assert fast.app.state.pith.prepared.answered == before + 1
+            await transaction.rollback()
+        finally:
+            await locker.close()
     assert comparable(answers[0]) == comparable(answers[1])
     assert answers[0].status_code == 503 and "statement timeout" in answers[0].text
 
@@ -222,13 +227,8 @@ async def test_requests_cancelled_mid_statement_give_their_connections_back(pair
 
 async def test_with_cors_configured_prepared_answers_carry_the_same_headers(pair):
     """CORS wraps the prepared path: an allowed origin gets the same headers either way."""
-    url = pair[6]
-    log = StatementLog()
     origins = ("https://app.example.org",)
-    fast_gen = serve(url, log, Settings(database_url=url, cors_origins=origins))
-    slow_gen = serve(url, log, Settings(database_url=url, cors_origins=origins, prepared_fast_path=False))
-    fast, slow = await fast_gen.__anext__(), await slow_gen.__anext__()
-    try:
+    async with servers(pair[6], cors_origins=origins) as (fast, slow):
         body = json.dumps({"query": Q2, "variables": {"id": pair[2][5]}}).encode()
         for origin in ("https://app.example.org", "https://elsewhere.example"):
             headers = {"content-type": "application/json", "origin": origin}
@@ -238,7 +238,3 @@ async def test_with_cors_configured_prepared_answers_carry_the_same_headers(pair
             assert fast.app.state.pith.prepared.answered == answered + 1
             allowed = response.headers.get("access-control-allow-origin")
             assert allowed == (origin if origin in origins else None)
-    finally:
-        for gen in (fast_gen, slow_gen):
-            with pytest.raises(StopAsyncIteration):
-                await gen.__anext__()

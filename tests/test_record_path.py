@@ -28,20 +28,25 @@ pytestmark = pytest.mark.asyncio(loop_scope="session")
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def graph(admin_url):
     url = await synthetic_database(admin_url, "pith_test_record_path", 300, 31)
-    conn = await asyncpg.connect(url)
     try:
-        papers = [r[0] for r in await conn.fetch("SELECT DISTINCT arxiv_id FROM paper_snapshots ORDER BY 1")]
-        hot = [r[0] for r in await conn.fetch(
-            "SELECT cited_arxiv_id FROM citation_observations WHERE cited_arxiv_id IS NOT NULL GROUP BY 1 "
-            "ORDER BY count(*) DESC, 1 LIMIT 3")]
-        low, high = await conn.fetchrow("SELECT min(source_observed_at), max(source_observed_at) FROM citation_observations")
-        measured = await conn.fetchval("SELECT count(DISTINCT arxiv_id) FROM external_measurements")
+        conn = await asyncpg.connect(url)
+        try:
+            papers = [r[0] for r in await conn.fetch("SELECT DISTINCT arxiv_id FROM paper_snapshots ORDER BY 1")]
+            hot = [r[0] for r in await conn.fetch(
+                "SELECT cited_arxiv_id FROM citation_observations WHERE cited_arxiv_id IS NOT NULL GROUP BY 1 "
+                "ORDER BY count(*) DESC, 1 LIMIT 3")]
+            low, high = await conn.fetchrow(
+                "SELECT min(source_observed_at), max(source_observed_at) FROM citation_observations")
+            measured = await conn.fetchval("SELECT count(DISTINCT arxiv_id) FROM external_measurements")
+        finally:
+            await conn.close()
+        pool = await create_pool(Settings(), url, min_size=1, max_size=4)
+        try:
+            yield pool, papers, hot, low, high, url, measured
+        finally:
+            await pool.close()
     finally:
-        await conn.close()
-    pool = await create_pool(Settings(), url, min_size=1, max_size=4)
-    yield pool, papers, hot, low, high, url, measured
-    await pool.close()
-    await drop_database(admin_url, url)
+        await drop_database(admin_url, url)
 
 
 async def one_by_one(pool, arxiv_id: str, at: datetime) -> RecordRows | None:
