@@ -209,6 +209,19 @@ async def served(database_url: str, statements: StatementLog) -> AsyncIterator[S
         yield s
 
 
+async def papers_of(url: str) -> tuple[list[str], list[str]]:
+    """A graph's papers (by id) and its three most-cited papers, most cited first."""
+    conn = await asyncpg.connect(url)
+    try:
+        papers = [r[0] for r in await conn.fetch("SELECT DISTINCT arxiv_id FROM paper_snapshots ORDER BY 1")]
+        hot = [r[0] for r in await conn.fetch(
+            "SELECT cited_arxiv_id FROM citation_observations WHERE cited_arxiv_id IS NOT NULL GROUP BY 1 "
+            "ORDER BY count(*) DESC, 1 LIMIT 3")]
+    finally:
+        await conn.close()
+    return papers, hot
+
+
 async def assert_settled(pool: asyncpg.Pool, url: str) -> None:
     """Every connection of the pool back and idle, and no statement of ours still running in the database."""
     assert pool.get_idle_size() == pool.get_size()

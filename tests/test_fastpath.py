@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.settings import Settings
-from tests.conftest import StatementLog, assert_settled, drop_database, serve, synthetic_database
+from tests.conftest import StatementLog, assert_settled, drop_database, papers_of, serve, synthetic_database
 from tests.test_compiled import EXAMPLES, selections
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -39,12 +39,10 @@ async def pair(admin_url):
         try:
             await conn.execute("UPDATE paper_snapshots SET title = 'quote \" slash \\ 漢字 🚀 \u2028' WHERE arxiv_id = "
                                "(SELECT min(arxiv_id) FROM paper_snapshots)")
-            papers = [r[0] for r in await conn.fetch("SELECT DISTINCT arxiv_id FROM paper_snapshots ORDER BY 1")]
-            hub = await conn.fetchval("SELECT cited_arxiv_id FROM citation_observations WHERE cited_arxiv_id IS NOT "
-                                      "NULL GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT 1")
             low, high = await conn.fetchrow("SELECT min(observed_at), max(observed_at) FROM paper_snapshots")
         finally:
             await conn.close()
+        papers, (hub, *_) = await papers_of(url)
         async with servers(url) as (fast, slow):
             yield fast, slow, papers, hub, low, high, url
     finally:

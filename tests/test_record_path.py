@@ -20,7 +20,7 @@ from loaders.papers import paper_snapshots
 from loaders.record import SERVED_CAPS, record_rows
 from loaders.rows import Counts, RecordRows
 from loaders.standing import standing_by_work
-from tests.conftest import StatementLog, assert_settled, drop_database, serve, synthetic_database
+from tests.conftest import StatementLog, assert_settled, drop_database, papers_of, serve, synthetic_database
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -29,12 +29,9 @@ pytestmark = pytest.mark.asyncio(loop_scope="session")
 async def graph(admin_url):
     url = await synthetic_database(admin_url, "pith_test_record_path", 300, 31)
     try:
+        papers, hot = await papers_of(url)
         conn = await asyncpg.connect(url)
         try:
-            papers = [r[0] for r in await conn.fetch("SELECT DISTINCT arxiv_id FROM paper_snapshots ORDER BY 1")]
-            hot = [r[0] for r in await conn.fetch(
-                "SELECT cited_arxiv_id FROM citation_observations WHERE cited_arxiv_id IS NOT NULL GROUP BY 1 "
-                "ORDER BY count(*) DESC, 1 LIMIT 3")]
             low, high = await conn.fetchrow(
                 "SELECT min(source_observed_at), max(source_observed_at) FROM citation_observations")
             measured = await conn.fetchval("SELECT count(DISTINCT arxiv_id) FROM external_measurements")
