@@ -10,7 +10,9 @@ urql and scripts all send the same document with new variables), is answered her
 of the stack: the body is read and parsed, the variables are coerced by graphql-core against the
 operation's definitions, the node budget is computed as the pipeline computes it, the arguments are
 checked as the compiled path checks them, the statement runs, and the response is built by the same
-function the full handler uses (same bytes, same headers, same gzip). Whatever this path is not sure
+function the full handler uses (same bytes, same headers, same gzip); a successful answer under gzip's
+minimum size is sent as the two messages that response would send, without building it (tests
+compare the two paths' bytes and headers). Whatever this path is not sure
 of (another media type, persisted-query extensions, a streaming Accept, variables that do not coerce,
 an argument the schema refuses, a query over budget) it hands on, with the body it read, to the full
 stack, which answers as it always does, errors included. Validation results do not depend on
@@ -50,8 +52,7 @@ class Prepared:
     document: Any  # kept alive: the caches below are keyed by its identity
     operation: OperationDefinitionNode
     compiled: Compiled
-    sized_by_variables: bool
-    nodes: int | None  # the node budget's count when no variable sizes a list
+    nodes: int | None  # the node budget's count; None when a variable sizes a list (counted per request)
 
 
 class PreparedOperations:
@@ -81,7 +82,7 @@ class PreparedOperations:
         nodes = None if sized else query_nodes(document, operation_name, None)
         if len(self.table) >= _MAX_PREPARED:
             self.table.clear()
-        self.table[(query, operation_name)] = Prepared(document, operations[0], compiled, sized, nodes)
+        self.table[(query, operation_name)] = Prepared(document, operations[0], compiled, nodes)
 
 
 def _replay(messages: list[Message], receive: Receive) -> Receive:
