@@ -25,17 +25,20 @@ request's session object (one statement needs no transaction).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from graphql import GraphQLError, OperationDefinitionNode, located_error
+from graphql.execution.values import get_variable_values
 from starlette.middleware.gzip import GZipMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from strawberry.types import ExecutionResult
 
 from app.compiled import Compiled, answer, arguments, compiled_for
 from app.cost import MAX_NODES, _parsed, _plan, document_parts, query_nodes
+from app.http import response_media_type, streaming_request
 from app.timeparse import now_as_of, parse_as_of
 
 _ALLOWED_KEYS = frozenset({"query", "variables", "operationName"})
@@ -140,9 +143,6 @@ class PreparedFastPath:
 
     def _media_type(self, scope: Scope) -> str | None:
         """The response media type when this path may answer (JSON body, no streaming), else None."""
-        from app.http import response_media_type
-        from app.main import streaming_request
-
         content_type = accept = None
         for name, value in scope["headers"]:
             if name == b"content-type":
@@ -164,8 +164,6 @@ class PreparedFastPath:
 
     def _plan(self, body: bytes) -> tuple[Compiled, list[Any], list[bool], int] | None:
         """The prepared statement and its arguments for this body, or None when the full stack must answer."""
-        from graphql.execution.values import get_variable_values
-
         try:
             request = orjson.loads(body)
         except orjson.JSONDecodeError:
@@ -179,7 +177,7 @@ class PreparedFastPath:
             return None
         # The full stack measures variables as json.dumps writes them; no byte of a body becomes more
         # than six characters there, so a short body needs no measuring.
-        if variables and len(body) * 6 > self.max_variables and len(_json_dumps(variables)) > self.max_variables:
+        if variables and len(body) * 6 > self.max_variables and len(json.dumps(variables)) > self.max_variables:
             return None
         prepared = self.state.prepared.get(query, operation_name or None)
         if prepared is None:
@@ -265,9 +263,3 @@ _CONTENT_TYPES: dict[str, bytes] = {m: f"{m}; charset=utf-8".encode() for m in (
 
 async def _send_response(scope: Scope, receive: Receive, send: Send) -> None:
     await scope["pith.response"](scope, receive, send)
-
-
-def _json_dumps(value: Any) -> str:
-    import json
-
-    return json.dumps(value)

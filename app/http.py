@@ -53,6 +53,12 @@ def response_media_type(accept: str | None) -> str | None:
     return best
 
 
+def streaming_request(scope: Mapping[str, Any]) -> bool:
+    """A GraphQL request that asks for a stream of results (SSE or multipart subscriptions)."""
+    accept = dict(scope["headers"]).get(b"accept", b"").decode("latin-1").lower()
+    return "text/event-stream" in accept or ("multipart/mixed" in accept and "subscriptionspec" in accept)
+
+
 class GraphQLJSONResponse(JSONResponse):
     """orjson for GraphQL results (the same compact UTF-8 JSON, several times faster than json.dumps).
 

@@ -30,6 +30,7 @@ from strawberry.types.graphql import OperationType
 from app.context import Context
 from app.db.pool import Session, create_pool
 from app.fastpath import GZIP_LEVEL, GZIP_MINIMUM, PreparedFastPath, PreparedOperations
+from app.http import streaming_request
 from app.live import Hub
 from app.logs import request_id
 from app.persisted import PersistedDocuments, PersistedQueryError, load_manifest, requested_hash
@@ -495,12 +496,6 @@ class LiveGraphQL(StrawberryGraphQL):
 
     async def get_context(self, request: Any, response: Any = None) -> Context:  # type: ignore[override]
         return Context(session=self.state.session(), hub=self.state.hub, app=self.state)
-
-
-def streaming_request(scope: Scope) -> bool:
-    """A GraphQL request that asks for a stream of results (SSE or multipart subscriptions)."""
-    accept = dict(scope["headers"]).get(b"accept", b"").decode("latin-1").lower()
-    return "text/event-stream" in accept or ("multipart/mixed" in accept and "subscriptionspec" in accept)
 
 
 class GraphQLEndpoint:
