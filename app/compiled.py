@@ -21,19 +21,11 @@ from typing import Any, Callable, Final
 
 from graphql import FieldNode, FragmentSpreadNode, InlineFragmentNode, OperationDefinitionNode, OperationType
 
+from app.limits import MAX_FIRST
+from app.types.node import global_id_sql as _gid  # the one global-id rule, in SQL
+from app.types.scalars import datetime_sql as _dt  # the one DateTime format, in SQL
 from loaders.citations import LATERALS, LOW_KEY
-
-
-def _dt(expr: str) -> str:
-    """A timestamptz as the DateTime scalar writes it: UTC, seconds, microseconds only when not zero, Z."""
-    utc = f"({expr}) AT TIME ZONE 'UTC'"
-    return (f"(to_char({utc}, 'YYYY-MM-DD\"T\"HH24:MI:SS') || CASE WHEN date_part('microseconds', {expr})::bigint"
-            f" % 1000000 <> 0 THEN to_char({utc}, '.US') ELSE '' END || 'Z')")
-
-
-def _gid(kind: str, key: str) -> str:
-    """A global id as app.types.node.global_id makes it: base64url of "Kind:key" without padding."""
-    return (f"rtrim(translate(encode(convert_to('{kind}:' || {key}, 'UTF8'), 'base64'), E'+/\\n', '-_'), '=')")
+from loaders.rows import UNRESOLVED
 
 
 def _paper_fields(a: str) -> dict[str, str]:
@@ -49,14 +41,13 @@ _OBSERVATION_FIELDS: Final = {
     "__typename": "'CitationObservation'"}
 # Unresolved as of the parse until a resolution is recorded (loaders.citations.observation_from).
 _RESOLUTION_FIELDS: Final = {
-    "status": "upper(coalesce(r.status, 'unresolved'))", "observedAt": _dt("coalesce(r.observed_at, o.source_observed_at)"),
+    "status": f"upper(coalesce(r.status, '{UNRESOLVED}'))", "observedAt": _dt("coalesce(r.observed_at, o.source_observed_at)"),
     "resolverSource": "r.resolver_source", "__typename": "'Resolution'"}
 # Per direction: the observations' key column, the record order, the page's index-only columns.
 _SIDES: Final = {
     "inbound": ("cited_arxiv_id", ("citing_arxiv_id", "reference_index", "observation_id")),
     "outbound": ("citing_arxiv_id", ("reference_index", "observation_id")),
 }
-MAX_FIRST: Final = 100
 
 
 class Unsupported(Exception):

@@ -8,6 +8,7 @@ import json
 from uuid import UUID
 
 from app.errors import UserInputError
+from app.limits import MAX_CURSOR_LENGTH
 from app.timeparse import has_surrogate
 from loaders.rows import Observation
 
@@ -33,7 +34,6 @@ def encode_key(key: list) -> str:
     return encode_token(json.dumps(key, separators=(",", ":")))
 
 
-MAX_CURSOR_LENGTH = 400
 INT32 = (-(2**31), 2**31 - 1)
 
 

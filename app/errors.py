@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from graphql import GraphQLError
 
 
@@ -17,3 +19,16 @@ class QueryCostError(GraphQLError):
 
     def __init__(self, message: str, nodes: object = None, **extensions: object) -> None:
         super().__init__(message, nodes=nodes, extensions={"code": "QUERY_TOO_COSTLY", **extensions})  # type: ignore[arg-type]
+
+
+class OperationError(GraphQLError):
+    """An operation refused or stopped by the service (not a bad argument): code and details in extensions."""
+
+    def __init__(self, message: str, code: str, **extensions: Any) -> None:
+        super().__init__(message, extensions={"code": code, **extensions})
+
+
+def deadline_error(seconds: float) -> OperationError:
+    return OperationError(f"the operation did not finish within the {seconds:g} s deadline and was stopped; ask for "
+                          "less (smaller first, maxChanges, perPaper, depth or fewer ids) or split it", "TIMEOUT",
+                          deadlineSeconds=seconds)

@@ -15,6 +15,8 @@ from datetime import datetime
 from typing import IO, Any, Final, NamedTuple
 from xml.sax.saxutils import escape as _escape, quoteattr as _quoteattr
 
+from loaders.rows import latest_retracts
+
 FORMATS: Final = ("csv", "graphml", "ndjson", "parquet")
 MEDIA_TYPES: Final = {"csv": "application/zip", "graphml": "application/graphml+xml",
                       "ndjson": "application/x-ndjson"}
@@ -289,11 +291,7 @@ def cited_work_retracted(state: str, standing: Any) -> bool:
     reinstatement event is a retraction or withdrawal."""
     if state != "measured" or standing is None:
         return False
-    latest = None
-    for event in standing.events:  # ordered by observed_at
-        if event.event_type in ("retraction", "withdrawal", "reinstatement"):
-            latest = event.event_type
-    return latest in ("retraction", "withdrawal")
+    return latest_retracts([event.event_type for event in standing.events])  # ordered by observed_at
 
 
 def paper_edge(obs: Any, standing: dict[Any, Any]) -> Edge:

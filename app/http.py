@@ -18,6 +18,7 @@ from typing import Any, Mapping
 from graphql import OperationDefinitionNode
 from starlette.responses import JSONResponse, Response
 
+from app.limits import RETRY_AFTER_SECONDS
 from app.logs import request_id
 
 GRAPHQL_RESPONSE = "application/graphql-response+json"
@@ -216,7 +217,7 @@ def _document(query: str) -> Any:
     """The parsed document, from the same cache execution uses (None when it does not parse: execution
     reports that)."""
     from app.cost import _parsed
-    from app.schema import MAX_TOKENS
+    from app.limits import MAX_TOKENS
 
     try:
         return _parsed(query, MAX_TOKENS)
@@ -258,3 +259,17 @@ def get_validator(version: int, params: "GraphQLParams", query: str, media: str 
 def cache_headers(etag: str, pinned: bool) -> dict[str, str]:
     return {"ETag": etag, "Vary": "Accept",
             "Cache-Control": f"public, max-age={PINNED_MAX_AGE}" if pinned else "no-cache"}
+
+
+GRAPHQL_PATH = "/graphql"
+ERROR_CODES = {400: "BAD_REQUEST", 401: "UNAUTHENTICATED", 404: "NOT_FOUND", 413: "PAYLOAD_TOO_LARGE",
+               429: "RATE_LIMITED", 500: "INTERNAL_SERVER_ERROR", 503: "SERVICE_UNAVAILABLE", 504: "TIMEOUT"}
+
+
+def error_response(status: int, message: str, path: str | None = None, **extra: Any) -> Response:
+    """A JSON error; on the GraphQL endpoint in the shape GraphQL clients read."""
+    headers = {"Retry-After": RETRY_AFTER_SECONDS} if status == 503 else None
+    if path == GRAPHQL_PATH:
+        return transport_error(status, message, ERROR_CODES.get(status, "BAD_REQUEST"), headers=headers)
+    return JSONResponse({"error": {"status": status, "message": message, **extra}}, status_code=status,
+                        headers=headers)

@@ -14,7 +14,8 @@ from uuid import UUID
 
 from loaders.base import Db, at_param
 from loaders.papers import paper_from
-from loaders.rows import Observation, PaperSnapshot, Resolution, WorkSnapshot
+from loaders.rows import (RETRACTING, STANDING_DECIDING, UNRESOLVED, Observation, PaperSnapshot, Resolution,
+                          WorkSnapshot, sql_list)
 
 # $AS is the instant's parameter number in each statement below.
 _LATEST_STATUS: Final = """coalesce((
@@ -23,7 +24,7 @@ _LATEST_STATUS: Final = """coalesce((
         WHERE r.observation_id = o.observation_id
           AND r.observed_at <= $AS
         ORDER BY r.observed_at DESC
-        LIMIT 1), 'unresolved')"""
+        LIMIT 1), '""" + UNRESOLVED + """')"""
 
 # Visible at the instant: parsed, and the citing paper has a snapshot (kept on the row by the database).
 # An observation is visible from its visible_from (kept by the database: parsed, and its citing paper
@@ -38,11 +39,11 @@ _RETRACTED: Final = """(o.work_id IS NOT NULL
         AND EXISTS (SELECT 1 FROM standing_receipts AS sr
                     WHERE sr.work_id = o.work_id AND sr.observed_at <= $AS)
         AND coalesce((
-            SELECT e.event_type IN ('retraction', 'withdrawal')
+            SELECT e.event_type IN """ + sql_list(RETRACTING) + """
             FROM work_events AS e
             WHERE e.work_id = o.work_id
               AND e.observed_at <= $AS
-              AND e.event_type IN ('retraction', 'withdrawal', 'reinstatement')
+              AND e.event_type IN """ + sql_list(STANDING_DECIDING) + """
             ORDER BY e.observed_at DESC
             LIMIT 1), false))"""
 
@@ -215,7 +216,7 @@ def observation_from(row: Any, papers: dict[tuple, PaperSnapshot | None] | None 
         resolution = Resolution(row["observation_id"], row["r_observed_at"], row["r_status"], row["r_resolver_source"])
     else:
         # Parsed but not yet resolved: unresolved as of the parse.
-        resolution = Resolution(row["observation_id"], row["source_observed_at"], "unresolved", None)
+        resolution = Resolution(row["observation_id"], row["source_observed_at"], UNRESOLVED, None)
     return Observation(
         observation_id=row["observation_id"],
         citing_arxiv_id=row["citing_arxiv_id"],

@@ -15,6 +15,7 @@ from typing import Any, AsyncIterator, Final, Sequence
 import asyncpg
 
 from app.export import Edge, Node, reference_node_id, work_node_id, z_text
+from loaders.rows import RETRACTING, STANDING_DECIDING, sql_list
 
 PREFETCH: Final = 5000
 
@@ -24,9 +25,9 @@ papers_known AS (SELECT DISTINCT arxiv_id FROM paper_snapshots WHERE observed_at
 works_known AS (SELECT DISTINCT work_id FROM work_snapshots WHERE observed_at <= $1),
 checked AS (SELECT DISTINCT work_id FROM standing_receipts WHERE observed_at <= $1),
 standing_events AS (
-    SELECT DISTINCT ON (work_id) work_id, event_type IN ('retraction', 'withdrawal') AS retracted
+    SELECT DISTINCT ON (work_id) work_id, event_type IN """ + sql_list(RETRACTING) + """ AS retracted
     FROM work_events
-    WHERE observed_at <= $1 AND event_type IN ('retraction', 'withdrawal', 'reinstatement')
+    WHERE observed_at <= $1 AND event_type IN """ + sql_list(STANDING_DECIDING) + """
     ORDER BY work_id, observed_at DESC
 ),
 latest_status AS (

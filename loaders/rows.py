@@ -23,6 +23,22 @@ EVENT_TYPES: tuple[str, ...] = (
 )
 CACHE_SUFFIX = "_status_cache"
 
+# The rules every reader shares (SQL statements, the compiled queries, the exports, the record):
+UNRESOLVED = "unresolved"  # the status of a parsed reference with no resolution recorded yet
+RETRACTING: tuple[str, ...] = ("retraction", "withdrawal")  # the events that make a work retracted
+STANDING_DECIDING: tuple[str, ...] = (*RETRACTING, "reinstatement")  # the latest of these decides
+
+
+def sql_list(values: tuple[str, ...]) -> str:
+    """('a', 'b'): a tuple of these constants for an SQL IN."""
+    return "(" + ", ".join(f"'{v}'" for v in values) + ")"
+
+
+def latest_retracts(event_types: list[str] | tuple[str, ...]) -> bool:
+    """Whether the latest deciding event of a work (events in observation order) is a retraction or withdrawal."""
+    deciding = [e for e in event_types if e in STANDING_DECIDING]
+    return bool(deciding) and deciding[-1] in RETRACTING
+
 
 @dataclass(frozen=True, slots=True)
 class PaperSnapshot:

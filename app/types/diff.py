@@ -3,30 +3,14 @@
 from __future__ import annotations
 
 from datetime import datetime
-from enum import Enum
-
 import strawberry
 
-from app.types.enums import WorkEventType
+from app.types.enums import ChangeKind, WorkEventType
 from app.types.measurement import ExternalCitationMeasurement
-from app.types.observation import CitationObservation
+from app.types.graph import CitationObservation
 from app.types.scalars import JSON
 from app.types.standing import WorkEvent
 from loaders.changes import Change
-
-
-@strawberry.enum(description="What kind of fact a change is.")
-class ChangeKind(Enum):
-    PAPER_UPDATED = "PAPER_UPDATED"
-    CITATION_ADDED = "CITATION_ADDED"
-    REFERENCE_ADDED = "REFERENCE_ADDED"
-    RESOLUTION_CHANGED = "RESOLUTION_CHANGED"
-    WORK_UPDATED = "WORK_UPDATED"
-    STANDING_EVENT = "STANDING_EVENT"
-    STANDING_CHECKED = "STANDING_CHECKED"
-    MEASUREMENT_CHANGED = "MEASUREMENT_CHANGED"
-    CITING_PAPER_UPDATED = "CITING_PAPER_UPDATED"
-    CITED_PAPER_UPDATED = "CITED_PAPER_UPDATED"
 
 
 @strawberry.type(description="One fact observed in (from, to] that the paper's (uncapped) record reflects.")
@@ -76,4 +60,8 @@ class RecordDiff:
         "`add` of the whole document at path \"\" when the paper has no snapshot at `from`."))
     changes: list[RecordChange] = strawberry.field(description=(
         "The changes behind the patch, typed, in order of observedAt (then observation id). Covers the uncapped "
-        "record, so a change beyond the inbound cap appears here even when the patch cannot show it."))
+        "record, so a change beyond the inbound cap appears here even when the patch cannot show it. At most "
+        "`maxChanges` of them."))
+    changes_truncated: bool = strawberry.field(description=(
+        "True when more changes (of the kinds asked) followed the last one shown (raise maxChanges, or ask a "
+        "narrower window)."))

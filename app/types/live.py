@@ -20,7 +20,7 @@ from app import record
 from app.live import LiveError, decode_cursor, encode_cursor, replay
 from app.timeparse import BadInput, now_as_of, parse_arxiv_id
 from app.types.enums import WorkEventType
-from app.types.observation import CitationObservation
+from app.types.graph import CitationObservation
 from app.types.standing import WorkEvent
 
 ArxivIdArg = Annotated[str, strawberry.argument(description="arXiv id without version, e.g. 2402.15627.")]
@@ -89,7 +89,8 @@ async def _changes(info: Info, kind: str, arxiv_id: str, after: str | None) -> A
     try:
         start = decode_cursor(after) if after is not None else None
         await hub.ready()
-        sub = hub.subscribe(kind, arxiv_id)
+        client = getattr(context, "client", None)
+        sub = hub.subscribe(kind, arxiv_id, client.id if client is not None else None)
     except LiveError as exc:
         raise SubscriptionError(str(exc)) from None
     try:

@@ -23,6 +23,12 @@ def global_id(kind: str, key: str) -> strawberry.ID:
     return strawberry.ID(encode_token(f"{kind}:{key}"))
 
 
+def global_id_sql(kind: str, key: str) -> str:
+    """The same id as global_id, computed by PostgreSQL (base64url of "Kind:key" without padding, as
+    app.cursors.encode_token writes it)."""
+    return f"rtrim(translate(encode(convert_to('{kind}:' || {key}, 'UTF8'), 'base64'), E'+/\\n', '-_'), '=')"
+
+
 def parse_global_id(value: object) -> tuple[str, str | UUID]:
     """(kind, key) of a global id: an arXiv id for papers, a UUID (or ("ref", UUID)) otherwise."""
     try:

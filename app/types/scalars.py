@@ -11,11 +11,21 @@ from app.errors import UserInputError
 from app.timeparse import BadInput, parse_as_of
 
 
+# The DateTime format, written once in each language that renders it: UTC, whole seconds, microseconds
+# only when not zero, Z. Python serializes values; app.compiled builds the same text in SQL (tests
+# compare the two paths' bytes).
 def _serialize(value: datetime) -> str:
     if value.tzinfo is not timezone.utc:  # asyncpg gives UTC already; anything else is converted
         value = value.astimezone(timezone.utc)
     text = value.isoformat()
     return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
+def datetime_sql(expr: str) -> str:
+    """The same text as _serialize, computed by PostgreSQL from a timestamptz expression."""
+    utc = f"({expr}) AT TIME ZONE 'UTC'"
+    return (f"(to_char({utc}, 'YYYY-MM-DD\"T\"HH24:MI:SS') || CASE WHEN date_part('microseconds', {expr})::bigint"
+            f" % 1000000 <> 0 THEN to_char({utc}, '.US') ELSE '' END || 'Z')")
 
 
 def _parse(value: Any) -> datetime:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime
 from typing import Any
 
 import strawberry
 
-from app.types.diff import ChangeKind
-from app.types.observation import PageInfo
+from app.types.enums import ChangeKind
+from app.types.pageinfo import PageInfo
 
 
 @strawberry.type(description="An instant at which the paper's v1 record changes, and what changed it.")
@@ -38,12 +39,14 @@ EARLIEST_SECOND = -62135596800 + 1  # 0001-01-01T00:00:01Z: one second after the
 
 async def timeline_page(context: Any, arxiv_id: str, as_of: datetime, from_: datetime | None,
                         to: datetime | None, first: int, after: str | None) -> TimelineConnection:
-    """One page: the entries (two statements), then the record at each entry's instant (six more)."""
+    """One page: the entries, then the record at each entry's instant. The pages of every paper asked in the
+    operation are loaded together (loaders.dataloaders: two statements, then six for all their records)."""
     from app import cursors, record
     from app.errors import UserInputError
-    from app.types.paper import check_first
-    from loaders.record import SERVED_CAPS, record_history
-    from loaders.timeline import instant, timeline
+    from app.types.paging import check_first
+    from loaders.base import TIMELINE_ENTRY_UNITS, charge
+    from loaders.dataloaders import TimelineRequest
+    from loaders.timeline import instant
 
     check_first(first)
     # DateTime arguments arrive as whole seconds (the scalar truncates), as entries are.
@@ -55,12 +58,15 @@ async def timeline_page(context: Any, arxiv_id: str, as_of: datetime, from_: dat
     continued = cursors.decode_timeline(after)
     if continued is not None:
         low = max(low, continued + 1)
-    entries = await timeline(context.session, arxiv_id, low, high, SERVED_CAPS.inbound, SERVED_CAPS.outbound)
+    entries, rows = await context.loaders(as_of).timeline.load(TimelineRequest(arxiv_id, low, high, first))
     shown = entries[:first]
-    rows = await record_history(context.session, arxiv_id, [instant(e.at) for e in shown]) if shown else []
-    nodes = [TimelineEntry(at=instant(e.at), context_digest=record.build_record(r)["context_digest"],
-                           kinds=[ChangeKind(k) for k in e.kinds])
-             for e, r in zip(shown, rows) if r is not None]
+    nodes = []
+    for e, r in zip(shown, rows):
+        if r is not None:
+            nodes.append(TimelineEntry(at=instant(e.at), context_digest=record.build_record(r)["context_digest"],
+                                       kinds=[ChangeKind(k) for k in e.kinds]))
+            charge(context.session, TIMELINE_ENTRY_UNITS)
+            await asyncio.sleep(0)  # a record is a few ms of Python: other requests run between them
     edges = [TimelineEdge(cursor=cursors.encode_timeline(int(n.at.timestamp())), node=n) for n in nodes]
     return TimelineConnection(edges=edges, nodes=nodes, page_info=PageInfo(
         has_next_page=len(entries) > first, has_previous_page=continued is not None,

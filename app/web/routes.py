@@ -16,6 +16,10 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from app import record
+from app.cost import PRICES, Price
+from app.errors import deadline_error
+from app.governor import RateLimited, Unauthenticated, rate_limit_headers
+from app.limits import MAX_NEIGHBOURHOOD_PAPERS
 from app.timeparse import (ARXIV_ID_RULE, AS_OF_RULE, BadInput, now_as_of, parse_arxiv_id, parse_as_of,
                            parse_search_words)
 from app.web.layout import TEMPLATE_VERSION, page, time_tag
@@ -26,8 +30,6 @@ from loaders.record import record_rows
 
 if TYPE_CHECKING:
     from datetime import datetime
-
-    from app.main import App
 
 STATIC = __file__.rsplit("/", 1)[0] + "/static"
 CACHE_RECORD = "public, max-age=60"
@@ -68,7 +70,7 @@ def error_page(status: int, title: str, message: str) -> HTMLResponse:
 
 
 def error_for(request: Request, status: int, message: str, **extra: Any) -> Response:
-    from app.main import error_response
+    from app.http import error_response
 
     if wants_html(request):
         return error_page(status, {400: "Bad request", 404: "Not found"}.get(status, "Error"), message)
@@ -84,7 +86,7 @@ def _arguments(request: Request) -> tuple[str, "datetime", bool]:
         raise BadRequest(str(exc)) from None
 
 
-def routes(app: "App") -> list:
+def routes(app: Any) -> list:  # app.main.App (which imports this module)
     async def document_for(request: Request) -> tuple[dict, bool, record.Prebuilt]:
         arxiv_id, as_of, pinned = _arguments(request)
         session = app.session()
@@ -102,14 +104,36 @@ def routes(app: "App") -> list:
             raise NotFound(f"no paper {arxiv_id} is known as of {record.as_of_text(as_of)}")
         return document, pinned, prebuilt
 
-    def handled(handler):
+    def handled(handler, units: int = PRICES["record"]):
+        """A page or file, governed as GraphQL operations are: who asks (401 for a bad key), their budget
+        (429), a heavy slot for heavy work, the deadline (504), and the RateLimit fields."""
         async def endpoint(request: Request) -> Response:
+            governor = app.governor
             try:
-                return await handler(request)
-            except BadRequest as exc:
-                return error_for(request, 400, exc.message)
-            except NotFound as exc:
-                return error_for(request, 404, exc.message)
+                client = await app.identify(request.scope)
+            except Unauthenticated as exc:
+                return error_for(request, 401, str(exc))
+            price = Price(0, units)
+            try:
+                ticket = await governor.admit(client, price.points, price.units)
+            except RateLimited as exc:
+                response = error_for(request, 429, str(exc))
+                response.headers["Retry-After"] = str(exc.status.retry_after)
+            else:
+                try:
+                    async with asyncio.timeout(app.settings.request_timeout):
+                        response = await handler(request)
+                except BadRequest as exc:
+                    response = error_for(request, 400, exc.message)
+                except NotFound as exc:
+                    response = error_for(request, 404, exc.message)
+                except TimeoutError:
+                    response = error_for(request, 504, deadline_error(app.settings.request_timeout or 0).message)
+                finally:
+                    governor.settle(ticket, None)
+            for name, value in rate_limit_headers(governor.status(client)):
+                response.headers[name.decode()] = value.decode()
+            return response
 
         return endpoint
 
@@ -280,7 +304,6 @@ retracted, with the source and time of every fact. Every record is a canonical, 
         from starlette.responses import StreamingResponse
 
         from app import export
-        from app.cost import MAX_NEIGHBOURHOOD_PAPERS
         from loaders.dataloaders import Loaders
         from loaders.walk import walk
 
@@ -322,9 +345,10 @@ retracted, with the source and time of every fact. Every record is a canonical, 
             "Cache-Control": "public, max-age=86400" if "as_of" in request.query_params else CACHE_RECORD})
 
     return [
-        Route("/", handled(home)),
-        Route("/graph/neighbourhood.{format}", handled(neighbourhood_export)),
-        Route("/evidence", handled(evidence_page)),
+        Route("/", handled(home, PRICES["search"])),
+        # A walk's papers and edges, at most (priced as GraphQL prices neighbourhood).
+        Route("/graph/neighbourhood.{format}", handled(neighbourhood_export, 3 * MAX_NEIGHBOURHOOD_PAPERS)),
+        Route("/evidence", handled(evidence_page, PRICES["search"])),
         Route("/paper/{arxiv_id:path}/citation-record.json", handled(record_json)),
         Route("/paper/{arxiv_id:path}/citation-record", handled(record_html)),
         Route("/paper/{arxiv_id:path}/integrity", handled(integrity)),

@@ -1,0 +1,50 @@
+"""Every limit the service enforces, in one place: what a request may ask, how much work it may cost,
+how long it may run, and what one client may hold. Modules import their limits from here; the README's
+"Limits" table is this module read aloud.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# --- what one request may ask ---------------------------------------------------------------------
+MAX_BODY_BYTES: Final = 100_000
+MAX_VARIABLES_BYTES: Final = 20_000
+MAX_QUERY_STRING_BYTES: Final = 16_000  # longer URLs are refused by many proxies anyway
+# Request line plus headers; more is 431 before the rest is read (a GET may still carry a 16,000-byte
+# query string and its headers).
+MAX_HEADER_BYTES: Final = 24_576
+MAX_DEPTH: Final = 15
+MAX_TOTAL_DEPTH: Final = 20  # introspection included; GraphiQL's introspection query is 15 deep
+MAX_ALIASES: Final = 30
+MAX_TOKENS: Final = 5_000
+MAX_IDS: Final = 100  # papers(arxivIds:), nodes(ids:)
+MAX_FIRST: Final = 100  # first / last of every connection
+MAX_CURSOR_LENGTH: Final = 400
+ARGUMENT_RANGES: Final = {"first": (1, MAX_FIRST), "last": (1, MAX_FIRST), "perPaper": (1, 100), "depth": (1, 3),
+                          "maxChanges": (1, 10_000)}
+MAX_NEIGHBOURHOOD_PAPERS: Final = 10_000
+DEFAULT_MAX_CHANGES: Final = 1_000  # recordDiff's changes when maxChanges is not given
+
+# --- how much work one operation may cost (app/cost.py) -----------------------------------------
+MAX_NODES: Final = 500_000  # GitHub's rule: list nodes a query may return, multiplied out
+# Work units: one unit is about one object completed in a response (~20-40 us on the reference machine,
+# bench/calibrate.py). The largest admitted operation takes at most ~2 s there.
+MAX_COST: Final = 50_000
+POINT_UNITS: Final = 100  # a rate-limit point is 100 work units (at least 1 point per operation)
+
+# --- how long, and how many at once --------------------------------------------------------------
+DEFAULT_REQUEST_TIMEOUT_SECONDS: Final = 10.0
+RETRY_AFTER_SECONDS: Final = "5"  # what a 503 asks a client to wait
+HEAVY_COST: Final = 5_000  # operations priced above this are heavy: they take a heavy slot
+HEAVY_PER_CLIENT: Final = 1  # heavy operations one client may run at once (the rest wait their turn)
+LIGHT_RESERVED_CONNECTIONS: Final = 3  # pool connections heavy operations never take
+
+# --- what one client may hold --------------------------------------------------------------------
+MAX_SUBSCRIPTIONS_PER_CONNECTION: Final = 20
+MAX_SUBSCRIBERS: Final = 10_000  # per process
+MAX_WEBSOCKETS_PER_CLIENT: Final = 50
+MAX_SUBSCRIPTIONS_PER_CLIENT: Final = 200
+PERSISTED_MAX_STORED: Final = 10_000  # documents kept; the least recently used go first
+PERSISTED_REGISTRATIONS_PER_MINUTE: Final = 60  # new documents one client may register
+DEFAULT_ANONYMOUS_POINTS_PER_HOUR: Final = 5_000  # on in production (PITH_ENV=production)

@@ -1,0 +1,223 @@
+"""The graph's core types, which refer to each other: Paper (with its inbound and outbound connections)
+and CitationObservation (an edge, with its citing and cited papers), and the connection between them."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Annotated
+
+import strawberry
+from strawberry.types import Info
+
+from app import cursors, record
+from app.types.enums import ResolutionStatus
+from app.types.measurement import ExternalCitationMeasurement
+from app.types.node import Node, global_id
+from app.types.pageinfo import PageInfo
+from app.types.paging import page_request
+from app.types.resolution import Resolution
+from app.types.standing import StandingNotice
+from app.types.work import Work
+from loaders.base import STANDING_UNITS, charge
+from loaders.dataloaders import CountRequest, PageRequest
+from loaders.rows import Observation, PaperSnapshot
+
+if TYPE_CHECKING:
+    from app.types.record import CitationRecord
+    from app.types.timeline import TimelineConnection
+
+
+FirstArg = Annotated[int | None, strawberry.argument(
+    description="Page forward: this many edges, 1 to 100 (100 when neither first nor last is given).")]
+AfterArg = Annotated[str | None, strawberry.argument(description="Page forward from this cursor (an endCursor).")]
+LastArg = Annotated[int | None, strawberry.argument(description="Page backward: the last this many edges, 1 to 100.")]
+BeforeArg = Annotated[str | None, strawberry.argument(description="Page backward from this cursor (a startCursor).")]
+
+
+StatusArg = Annotated[list[ResolutionStatus] | None,
+                      strawberry.argument(description="Only edges whose resolution has one of these statuses.")]
+
+
+def _statuses(status: list[ResolutionStatus] | None) -> tuple[str, ...] | None:
+    return None if status is None else tuple(sorted({s.value for s in status}))
+
+
+@strawberry.type(description="An arXiv paper as of the request's instant: its latest metadata snapshot by then.")
+class Paper(Node):
+    snapshot: strawberry.Private[PaperSnapshot]
+    as_of: strawberry.Private[datetime]
+    arxiv_id: str = strawberry.field(description="arXiv identifier, without version.")
+    title: str = strawberry.field(description="Title.")
+    latest_version: int = strawberry.field(description="Latest arXiv version known at the instant.")
+    primary_category: str | None = strawberry.field(description="Primary arXiv category, when known.")
+    submitted_at: datetime = strawberry.field(description="When version 1 was submitted.")
+    last_updated: datetime = strawberry.field(description="When the latest version was submitted.")
+    snapshot_observed_at: datetime = strawberry.field(description="When this metadata snapshot was observed.")
+
+    @classmethod
+    def of(cls, snapshot: PaperSnapshot, as_of: datetime) -> "Paper":
+        return cls(id=global_id("Paper", snapshot.arxiv_id), snapshot=snapshot, as_of=as_of,
+                   arxiv_id=snapshot.arxiv_id, title=snapshot.title,
+                   latest_version=snapshot.latest_version, primary_category=snapshot.primary_category,
+                   submitted_at=snapshot.submitted_at, last_updated=snapshot.last_updated,
+                   snapshot_observed_at=snapshot.observed_at)
+
+    @strawberry.field(description=(
+        "Observations of papers citing this one, ordered by citing arXiv id, reference index, then observation id "
+        "(the record's order). Keyset cursors: any page costs what the first does."))
+    def inbound(
+        self,
+        first: FirstArg = None,
+        after: AfterArg = None,
+        last: LastArg = None,
+        before: BeforeArg = None,
+        status: StatusArg = None,
+    ) -> CitationConnection:
+        request = page_request(self.arxiv_id, "in", first, after, last, before, _statuses(status))
+        return CitationConnection(request=request, direction="in", as_of=self.as_of)
+
+    @strawberry.field(description="This paper's references, ordered by reference index, then observation id.")
+    def outbound(
+        self,
+        first: FirstArg = None,
+        after: AfterArg = None,
+        last: LastArg = None,
+        before: BeforeArg = None,
+        status: StatusArg = None,
+        cites_retracted: Annotated[bool | None, strawberry.argument(description=(
+            "true: only references to works whose latest retraction, withdrawal or reinstatement event is a "
+            "retraction or withdrawal; false: only the others."))] = None,
+    ) -> CitationConnection:
+        request = page_request(self.arxiv_id, "out", first, after, last, before, _statuses(status), cites_retracted)
+        return CitationConnection(request=request, direction="out", as_of=self.as_of)
+
+    @strawberry.field(description="Each source's latest citation count at the instant, by source; never summed.")
+    async def external_citation_measurements(self, info: Info) -> list[ExternalCitationMeasurement]:
+        found = await info.context.loaders(self.as_of).measurements.load(self.arxiv_id)
+        return [ExternalCitationMeasurement(source=m.source, count=m.count, observed_at=m.observed_at)
+                for m in sorted(found, key=lambda m: m.source)]
+
+    @strawberry.field(description="This paper's canonical v1 citation record at the same instant.")
+    async def citation_record(self, info: Info) -> Annotated["CitationRecord", strawberry.lazy("app.types.record")]:
+        from app.types.record import CitationRecord
+
+        rows = await info.context.loaders(self.as_of).record.load(self.arxiv_id)
+        return CitationRecord.of(rows)
+
+    @strawberry.field(description=(
+        "Instants in [from, to] at which stored facts change this paper's v1 record (standard caps), oldest "
+        "first: a new citation or reference, a resolution, a cited work's metadata or standing, a "
+        "measurement, a new snapshot of this paper or of a paper shown in the record. Whole seconds; the "
+        "thesis date turning over at midnight is not a change. A page costs the same few statements "
+        "whatever its size."))
+    async def timeline(
+        self, info: Info,
+        from_: Annotated[datetime | None, strawberry.argument(
+            name="from", description="The earliest instant (default: the beginning).")] = None,
+        to: Annotated[datetime | None, strawberry.argument(
+            description="The latest instant, not before `from` (default: this paper's instant).")] = None,
+        first: Annotated[int, strawberry.argument(description="How many entries, 1 to 100.")] = 100,
+        after: Annotated[str | None, strawberry.argument(description="endCursor of the previous page.")] = None,
+    ) -> Annotated["TimelineConnection", strawberry.lazy("app.types.timeline")]:
+        from app.types.timeline import timeline_page
+
+        return await timeline_page(info.context, self.arxiv_id, self.as_of, from_, to, first, after)
+
+
+@strawberry.type(description=(
+    "One reference of a citing paper as observed by a source: the edge, with its reference number, resolution, "
+    "the work it points at and a standing notice on that work."))
+class CitationObservation(Node):
+    row: strawberry.Private[Observation]
+    as_of: strawberry.Private[datetime]
+    observation_id: strawberry.ID = strawberry.field(description=(
+        "Observation id (UUID), as in the v1 record; observation(id:) takes it as well as the global id."))
+    reference_index: int = strawberry.field(description="The reference's number in the citing paper's bibliography.")
+    source: str = strawberry.field(description="How the reference was extracted (e.g. pdf_text).")
+    source_observed_at: datetime = strawberry.field(description="When the reference was parsed.")
+
+    @classmethod
+    def of(cls, row: Observation, as_of: datetime) -> "CitationObservation":
+        return cls(row=row, as_of=as_of, id=global_id("CitationObservation", str(row.observation_id)),
+                   observation_id=strawberry.ID(str(row.observation_id)), reference_index=row.reference_index, source=row.source, source_observed_at=row.source_observed_at)
+
+    @strawberry.field(description="The citing paper, as of the instant.")
+    def citing_paper(self) -> Paper:
+        return Paper.of(self.row.citing, self.as_of)
+
+    @strawberry.field(description="The cited Pith paper, as of the instant; null when the reference is to no Pith paper.")
+    def cited_paper(self) -> Paper | None:
+        return Paper.of(self.row.cited, self.as_of) if self.row.cited is not None else None
+
+    @strawberry.field(description="The work the reference points at (or what was printed, when unlinked).")
+    def cited_work(self) -> Work:
+        return Work.of(self.row)
+
+    @strawberry.field(description="The latest resolution at the instant.")
+    def resolution(self) -> Resolution:
+        return Resolution.of(self.row.resolution)
+
+    @strawberry.field(description="One-hop check of the cited work's standing (retractions, corrections, ...).")
+    async def standing_notice(self, info: Info) -> StandingNotice:
+        work = self.row.work
+        standing = await info.context.loaders(self.as_of).standing.load(work.work_id) if work is not None else None
+        charge(info.context.session, STANDING_UNITS)
+        return StandingNotice.of(self.row, standing)
+
+    @strawberry.field(description="observation_digest of this observation in the v1 record (sha256 of its canonical JSON).")
+    async def digest(self, info: Info) -> str:
+        work = self.row.work
+        standing = {}
+        if work is not None:
+            standing[work.work_id] = await info.context.loaders(self.as_of).standing.load(work.work_id)
+        charge(info.context.session, STANDING_UNITS)
+        return record.observation(self.row, standing)["observation_digest"]
+
+
+@strawberry.type(description="An edge of a citation connection.")
+class CitationEdge:
+    cursor: str = strawberry.field(description=(
+        "Opaque cursor of this edge: pass it as `after` to continue after it, or as `before` to page back from it."))
+    node: CitationObservation = strawberry.field(description="The observation.")
+
+
+@strawberry.type(description="A page of citation observations, with the total the filters select, from one snapshot.")
+class CitationConnection:
+    request: strawberry.Private[PageRequest]
+    direction: strawberry.Private[str]
+    as_of: strawberry.Private[datetime]
+
+    async def _page(self, info: Info) -> tuple[list[Observation], bool]:
+        """This page's rows in the connection's order, and whether more lie beyond it."""
+        loaders = info.context.loaders(self.as_of)
+        rows = await (loaders.inbound if self.direction == "in" else loaders.outbound).load(self.request)
+        shown = rows[: self.request.limit - 1]
+        if self.request.backward:  # fetched nearest-first
+            shown = shown[::-1]
+        return shown, len(rows) > self.request.limit - 1
+
+    @strawberry.field(description="How many edges the filters select in all (not only this page).")
+    async def total_count(self, info: Info) -> int:
+        r = self.request
+        key = CountRequest(r.arxiv_id, self.direction, r.statuses, r.cites_retracted)
+        return await info.context.loaders(self.as_of).count.load(key)
+
+    @strawberry.field(description="The edges of this page, in the connection's documented order.")
+    async def edges(self, info: Info) -> list[CitationEdge]:
+        page, _ = await self._page(info)
+        return [CitationEdge(cursor=cursors.encode(self.direction, o), node=CitationObservation.of(o, self.as_of))
+                for o in page]
+
+    @strawberry.field(description="The observations of this page, without cursors (a shortcut for edges { node }).")
+    async def nodes(self, info: Info) -> list[CitationObservation]:
+        page, _ = await self._page(info)
+        return [CitationObservation.of(o, self.as_of) for o in page]
+
+    @strawberry.field(description="Whether there are more edges either way, and where this page starts and ends.")
+    async def page_info(self, info: Info) -> PageInfo:
+        page, more = await self._page(info)
+        backward = self.request.backward
+        given = self.request.after is not None
+        return PageInfo(has_next_page=given if backward else more, has_previous_page=more if backward else given,
+                        start_cursor=cursors.encode(self.direction, page[0]) if page else None,
+                        end_cursor=cursors.encode(self.direction, page[-1]) if page else None)
