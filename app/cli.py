@@ -82,6 +82,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
     from app.main import create_app
+    from app.protocol import BoundedHttpToolsProtocol
 
     # From the first moment: as PID 1 (a container) a signal with no handler is ignored, so SIGTERM
     # during start-up (embedded server, migrations, sample) would do nothing. Exiting normally lets the
@@ -109,6 +110,8 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     # log_config=None: uvicorn's loggers go through ours, so JSON logs stay JSON.
     uvicorn.run(target, factory=args.workers > 1, host=settings.host, port=settings.port, workers=args.workers,
                 log_config=None, log_level="warning", proxy_headers=False, access_log=False,
+                # httptools with a bound on the request line and headers (431 past app.limits.MAX_HEADER_BYTES).
+                http=BoundedHttpToolsProtocol,
                 # Longer than the usual load balancer idle timeout (60 s), so the balancer closes first.
                 timeout_keep_alive=75,
                 # Subscription messages are small JSON: compressing each frame costs more than it saves.
@@ -302,6 +305,46 @@ async def _graph_export(dsn: str, args: argparse.Namespace, as_of: datetime, roo
     return 0
 
 
+def cmd_keys(args: argparse.Namespace, settings: Settings) -> int:
+    """API keys: create (prints the secret once, alone on the last line), list, revoke."""
+    return asyncio.run(_keys(_database_url(settings), args))
+
+
+async def _keys(dsn: str, args: argparse.Namespace) -> int:
+    from app import governor
+
+    await _migrate(dsn)
+    conn = await asyncpg.connect(dsn)
+    try:
+        if args.action == "create":
+            try:
+                key_id, secret = await governor.create_key(conn, args.name, args.points_per_hour)
+            except ValueError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 2
+            print(f"created key {args.name!r} ({key_id}), {args.points_per_hour} points per hour; the secret is "
+                  "shown once (send it as `Authorization: Bearer <secret>`):")
+            print(secret)
+        elif args.action == "list":
+            rows = await governor.list_keys(conn)
+            for r in rows:
+                state = f"revoked {r['revoked_at']:%Y-%m-%dT%H:%M:%SZ}" if r["revoked_at"] else "active"
+                print(f"{r['name']}\t{r['points_per_hour']} points/hour\t{state}\t"
+                      f"created {r['created_at']:%Y-%m-%dT%H:%M:%SZ}\t{r['key_id']}")
+            if not rows:
+                print("no keys (create one with `pith-graph keys create --name NAME --points-per-hour N`)",
+                      file=sys.stderr)
+        else:
+            if not await governor.revoke_key(conn, args.name):
+                print(f"error: no active key named {args.name!r} (see `pith-graph keys list`)", file=sys.stderr)
+                return 1
+            print(f"revoked key {args.name!r}: servers refuse it within "
+                  f"{governor.KEY_CACHE_SECONDS:.0f} s (at once on those that have not seen it)")
+    finally:
+        await conn.close()
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     # The options every command shares work before the command and after it (`pith-graph serve
     # --data-dir X`); SUPPRESS keeps a subcommand from overwriting what was given before it.
@@ -363,6 +406,19 @@ def build_parser() -> argparse.ArgumentParser:
     graph.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                        help="a progress bar on standard error (default: when it is a terminal)")
     graph.set_defaults(func=cmd_graph_export)
+
+    keys = sub.add_parser("keys", help="API keys: each client's budget of points per hour")
+    actions = keys.add_subparsers(dest="action", required=True)
+    _add_action = actions.add_parser
+    actions.add_parser = lambda *a, **k: _add_action(*a, parents=[common], **k)  # type: ignore[method-assign]
+    create = actions.add_parser("create", help="create a key; its secret is printed once, alone on the last line")
+    create.add_argument("--name", required=True, help="a unique name (shown in logs and `keys list`)")
+    create.add_argument("--points-per-hour", type=int, required=True,
+                        help="the key's budget (a point is 100 work units; a lookup costs 1)")
+    actions.add_parser("list", help="every key with its budget and state (never the secret)")
+    revoke = actions.add_parser("revoke", help="revoke a key by name")
+    revoke.add_argument("--name", required=True)
+    keys.set_defaults(func=cmd_keys)
     return parser
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -19,12 +20,35 @@ class Context:
     cost: dict = field(default_factory=dict)
     hub: Any = None  # live changes (subscriptions), when the transport has them
     app: Any = None  # the application state: sessions and the pool, for subscriptions
+    client: Any = None  # app.governor.Client: who asks (None in-process: priced, not governed)
+    governor: Any = None  # app.governor.Governor
+    ticket: Any = None  # the admitted operation's charge (app.governor.Ticket)
+    deadline_seconds: float | None = None  # PITH_REQUEST_TIMEOUT; None: no deadline
+    deadline_at: float | None = None  # the event loop's clock when it passes
+    connection_params: Any = None  # a WebSocket's connection_init payload (Strawberry sets it)
+    deadline_each_operation: bool = False  # a WebSocket's context: the deadline restarts with each operation
+
+    def __post_init__(self) -> None:
+        if self.deadline_at is None:
+            self.restart_deadline()
+
+    def restart_deadline(self) -> None:
+        """The deadline from now (an operation, or a subscription's event, starting)."""
+        if self.deadline_seconds is not None:
+            self.deadline_at = asyncio.get_running_loop().time() + self.deadline_seconds
+
+    def remaining(self) -> float | None:
+        """Seconds until the deadline (None: no deadline)."""
+        if self.deadline_at is None:
+            return None
+        return max(0.0, self.deadline_at - asyncio.get_running_loop().time())
 
     def renew(self, session: Session) -> None:
         """A fresh session and instant: a subscription resolves each event as of when it is sent."""
         self.session = session
         self.now = now_as_of()
         self._loaders = {}
+        self.restart_deadline()
 
     def instant(self, as_of: object | None) -> datetime:
         """The instant a root field asks for; every field below it uses the same one."""

@@ -7,8 +7,9 @@ MAX_NODES is refused before execution, and every response reports its cost in `e
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Iterator
+from typing import Any, Final, Iterator
 
 from graphql import (
     FieldNode,
@@ -21,14 +22,12 @@ from graphql import (
     value_from_ast_untyped,
 )
 from graphql.error import GraphQLError
-from strawberry.extensions import SchemaExtension
-from strawberry.types import ExecutionResult
 
 from app.errors import QueryCostError, UserInputError
+from app.limits import ARGUMENT_RANGES as LIMITS
+from app.limits import (DEFAULT_MAX_CHANGES, MAX_COST, MAX_IDS, MAX_NEIGHBOURHOOD_PAPERS, MAX_NODES,
+                        MAX_TOTAL_DEPTH, POINT_UNITS)
 
-MAX_NODES = 500_000
-MAX_NEIGHBOURHOOD_PAPERS = 10_000
-LIMITS = {"first": (1, 100), "last": (1, 100), "perPaper": (1, 100), "depth": (1, 3)}
 # (field name) -> (argument that sizes it, its default)
 LISTS = {"inbound": ("first", 100), "outbound": ("first", 100), "searchPapers": ("first", 10),
          "timeline": ("first", 100)}
@@ -39,13 +38,16 @@ LISTS = {"inbound": ("first", 100), "outbound": ("first", 100), "searchPapers": 
 # nests none of them twice along a path.
 INTROSPECTION_LISTS = frozenset({"types", "fields", "inputFields", "interfaces", "possibleTypes", "enumValues", "args",
                                  "directives"})
-MAX_TOTAL_DEPTH = 20  # introspection included; GraphiQL's introspection query is 15 deep
 
 
 class Costing:
-    def __init__(self, fragments: dict[str, FragmentDefinitionNode], variables: dict[str, Any]) -> None:
+    def __init__(self, fragments: dict[str, FragmentDefinitionNode], variables: dict[str, Any],
+                 scale: "DataScale | None" = None) -> None:
         self.fragments = fragments
         self.variables = variables
+        self.scale = scale or DataScale()
+        self.root = True  # papers/nodes are the root fields; a Paper has none of those names
+        self.max_changes = DEFAULT_MAX_CHANGES
 
     def check_shape(self, selection_set: SelectionSetNode | None, depth: int = 0,
                     lists: frozenset[str] = frozenset(), introspecting: bool = False) -> None:
@@ -95,8 +97,9 @@ class Costing:
                     continue
                 yield from self.fields(self.fragments[name].selection_set, seen | {name})
 
-    def nodes(self, selection_set: SelectionSetNode | None, multiplier: int) -> int:
-        total = 0
+    def price(self, selection_set: SelectionSetNode | None, multiplier: int) -> "Price":
+        """What the selection may cost: list nodes (GitHub's rule) and work units (see PRICES)."""
+        nodes = units = 0
         for field in self.fields(selection_set):
             name = field.name.value
             args = self.args(field)
@@ -104,24 +107,160 @@ class Costing:
             if name in LISTS:
                 arg, default = LISTS[name]
                 size = next((args[a] for a in (arg, "last") if args.get(a) is not None), default)
-            elif name in ("papers", "nodes"):
+            elif name in ("papers", "nodes") and self.root:
                 argument = "arxivIds" if name == "papers" else "ids"
                 ids = args.get(argument)
                 size = len(ids) if isinstance(ids, list) else 1
-                if not 1 <= size <= 100:
-                    raise UserInputError(f"{argument}: {size} ids given; give 1 to 100", nodes=[field],
+                if not 1 <= size <= MAX_IDS:
+                    raise UserInputError(f"{argument}: {size} ids given; give 1 to {MAX_IDS}", nodes=[field],
                                          argument=argument)
             elif name == "neighbourhood":
                 depth = args.get("depth") or 2
                 per_paper = args.get("perPaper") or 10
-                size = min(MAX_NEIGHBOURHOOD_PAPERS, sum(per_paper ** h for h in range(1, depth + 1)))
+                # No walk reaches more papers than there are (nor than the cap).
+                size = min(self.scale.current.papers, sum(per_paper ** h for h in range(1, depth + 1)))
+            elif name == "changes":
+                size = self.max_changes
             own = multiplier * size
-            if name in LISTS or name in ("papers", "nodes", "neighbourhood"):
-                total += own
-            total += self.nodes(field.selection_set, own)
-            if total > MAX_NODES * 1000:  # no need to count further
-                return total
-        return total
+            if name in LISTS or name in ("papers", "nodes", "neighbourhood") and self.root:
+                nodes += own
+            connection = name in LISTS or name == "neighbourhood"
+            if field.selection_set is not None:  # objects to complete: a connection is one, its items many
+                units += multiplier if connection else own
+            units += multiplier * self.work(name, args, size)
+            root, self.root = self.root, False
+            saved = self.max_changes
+            if name == "recordDiff":
+                self.max_changes = args.get("maxChanges") or DEFAULT_MAX_CHANGES
+            # Inside a list, what repeats per item is its items (edges, nodes, papers...); a connection's
+            # totalCount and pageInfo come once per connection.
+            below = self.price_connection(field.selection_set, own, multiplier) if connection \
+                else self.price(field.selection_set, own)
+            self.root, self.max_changes = root, saved
+            nodes += below.nodes
+            units += below.units
+            if nodes > MAX_NODES * 1000 or units > MAX_COST * 1000:  # no need to count further
+                break
+        return Price(nodes, units)
+
+    def price_connection(self, selection_set: SelectionSetNode | None, items: int, once: int) -> "Price":
+        nodes = units = 0
+        for field in self.fields(selection_set):
+            multiplier = items if field.name.value in ("edges", "nodes", "papers") else once
+            found = self.price(SelectionSetNode(selections=(field,)), multiplier)
+            nodes += found.nodes
+            units += found.units
+        return Price(nodes, units)
+
+    def work(self, name: str, args: dict[str, Any], size: int) -> int:
+        """Work a field does beyond the objects it returns (records built, rows scanned)."""
+        if name == "citationRecord":
+            return PRICES["record"]
+        if name == "recordDiff":
+            # Two records, the changes, and a scan of every observation of the paper (and their facts).
+            return 2 * PRICES["record"] + (args.get("maxChanges") or DEFAULT_MAX_CHANGES) + 2 * self.scale.max_degree
+        if name == "timeline":
+            # Every observation of the paper and the facts about them are read, then a record is built at
+            # each entry of the page (the page's records share their statements: cheaper than one each).
+            return self.scale.max_degree + size * PRICES["timeline_entry"]
+        if name == "searchPapers":
+            return PRICES["search"]
+        if name == "neighbourhood":
+            return size + (args.get("depth") or 2) * PRICES["hop"]  # the edges read, a statement per hop
+        if name == "totalCount":
+            return PRICES["count"]
+        if name in ("standingNotice", "digest"):
+            return PRICES["standing"]
+        return 0
+
+
+@dataclass(frozen=True)
+class Price:
+    nodes: int  # list nodes, GitHub's rule (limit MAX_NODES)
+    units: int  # work units (limit MAX_COST)
+
+    @property
+    def points(self) -> int:
+        """What the operation is charged against a client's budget: a point per POINT_UNITS, at least 1."""
+        return max(1, -(-self.units // POINT_UNITS))
+
+
+# Work units of what a field does beyond its objects, calibrated by bench/calibrate.py on the
+# 10,000-paper graph (a unit is about one object completed, ~20-40 us there).
+PRICES: Final = {"record": 1_000, "search": 600, "count": 50, "standing": 15, "statement": 50, "hop": 300,
+                  "timeline_entry": 200}
+
+
+@dataclass(frozen=True)
+class Scale:
+    """What the data makes some work cost: the most observations one paper has (a timeline and a diff
+    read them all), and how many papers there are (no walk reaches more)."""
+
+    max_degree: int = 20_000
+    papers: int = MAX_NEIGHBOURHOOD_PAPERS
+
+
+@dataclass
+class DataScale:
+    """The current Scale, refreshed from PostgreSQL's statistics (app.main), never on a request's path."""
+
+    current: Scale = Scale()
+
+    @property
+    def max_degree(self) -> int:
+        return self.current.max_degree
+
+
+# PostgreSQL's statistics: the most common cited (citing) paper's share of the observations, times
+# their number, is the planner's own estimate of the largest degree; the snapshots' row estimate bounds
+# the papers. Before ANALYZE (reltuples -1, no pg_stats) a small table is counted instead.
+SCALE_ESTIMATE: Final = """
+SELECT (SELECT max(f * c.reltuples)::bigint
+          FROM pg_stats AS s, unnest(s.most_common_freqs) AS f, pg_class AS c
+         WHERE s.tablename = 'citation_observations' AND s.attname IN ('cited_arxiv_id', 'citing_arxiv_id')
+           AND c.relname = 'citation_observations' AND c.reltuples >= 0) AS max_degree,
+       (SELECT reltuples::bigint FROM pg_class WHERE relname = 'citation_observations') AS observations,
+       (SELECT reltuples::bigint FROM pg_class WHERE relname = 'paper_snapshots') AS snapshots
+"""
+SMALL: Final = 200_000  # rows that are counted exactly when statistics are missing
+EXACT_SCALE: Final = f"""
+SELECT (SELECT count(*) FROM (SELECT 1 FROM paper_snapshots LIMIT {SMALL + 1}) AS s) AS snapshots,
+       (SELECT count(*) FROM (SELECT 1 FROM citation_observations LIMIT {SMALL + 1}) AS s) AS observations
+"""
+EXACT_DEGREE: Final = """
+SELECT greatest((SELECT max(n) FROM (SELECT count(*) AS n FROM citation_observations GROUP BY cited_arxiv_id) a),
+                (SELECT max(n) FROM (SELECT count(*) AS n FROM citation_observations GROUP BY citing_arxiv_id) b))
+"""
+
+
+async def data_scale(conn: Any) -> Scale:
+    """The data's scale for pricing, from PostgreSQL's statistics (exact counts while the tables are small)."""
+    row = await conn.fetchrow(SCALE_ESTIMATE)
+    degree, observations, snapshots = row["max_degree"], row["observations"], row["snapshots"]
+    if snapshots is None or snapshots < 0 or observations is None or observations < 0 or degree is None:
+        exact = await conn.fetchrow(EXACT_SCALE)
+        snapshots = exact["snapshots"] if snapshots is None or snapshots < 0 else snapshots
+        observations = exact["observations"] if observations is None or observations < 0 else observations
+        if degree is None and observations <= SMALL:
+            degree = await conn.fetchval(EXACT_DEGREE) or 0
+    default = Scale()
+    return Scale(max_degree=max(100, int(degree)) if degree is not None else default.max_degree,
+                 papers=max(1, min(int(snapshots), MAX_NEIGHBOURHOOD_PAPERS)) if snapshots > 0 else 1)
+
+
+def actual_units(data: Any, rows: int, statements: int = 0) -> int:
+    """The work an operation did: the objects in its answer, the rows its statements returned (with the
+    work charged beside them), and a fixed share per statement."""
+    count = 0
+    stack = [data]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            count += 1
+            stack.extend(v for v in value.values() if isinstance(v, (dict, list)))
+        elif isinstance(value, list):
+            stack.extend(v for v in value if isinstance(v, (dict, list)))
+    return max(0, count - 1) + rows + PRICES["statement"] * statements  # the data object itself is not one
 
 
 def document_parts(document: Any, operation_name: str | None = None) -> tuple[list[OperationDefinitionNode],
@@ -189,20 +328,36 @@ def coerced_variables(schema: Any, operation: OperationDefinitionNode, variables
     return dict(coerced.coerced)
 
 
-def query_nodes(document: Any, operation_name: str | None, variables: dict[str, Any] | None,
-                schema: Any = None) -> int:
+def query_price(document: Any, operation_name: str | None, variables: dict[str, Any] | None,
+                schema: Any = None, scale: DataScale | None = None) -> Price:
+    """The operation's price from its document and arguments, before anything runs (both limits checked
+    by `refusal`)."""
     operations, fragments = document_parts(document, operation_name)
     if len(operations) != 1:
-        return 0  # no operation to run: execution reports it as a request error
+        return Price(0, 0)  # no operation to run: execution reports it as a request error
     if schema is not None:
         coerced = coerced_variables(schema, operations[0], variables)
         if coerced is None:
-            return 0  # variables that do not coerce: execution reports them, with locations
+            return Price(0, 0)  # variables that do not coerce: execution reports them, with locations
         variables = coerced
-    costing = Costing(fragments, variables or {})
-    for op in operations[:1]:
-        costing.check_shape(op.selection_set)
-    return sum(costing.nodes(op.selection_set, 1) for op in operations[:1])
+    costing = Costing(fragments, variables or {}, scale)
+    costing.check_shape(operations[0].selection_set)
+    return costing.price(operations[0].selection_set, 1)
+
+
+def refusal(price: Price) -> GraphQLError | None:
+    """Why an operation of this price may not run (QUERY_TOO_COSTLY), or None."""
+    if price.nodes > MAX_NODES:
+        return QueryCostError(
+            f"query may touch {price.nodes} nodes; the limit is {MAX_NODES} per query "
+            "(lower `first`, `perPaper`, `depth` or the number of ids)", cost=price.nodes, limit=MAX_NODES)
+    if price.units > MAX_COST:
+        return QueryCostError(
+            f"query is priced at {price.units} work units; the limit is {MAX_COST} per operation (a record "
+            f"costs {PRICES['record']}, a timeline entry a record, a recordDiff two records plus maxChanges, "
+            "each object returned 1: lower `first`, `maxChanges`, `perPaper`, `depth` or the number of ids, "
+            "or split the query)", cost=price.units, limit=MAX_COST)
+    return None
 
 
 @lru_cache(maxsize=1024)
@@ -267,64 +422,17 @@ def _compiles(document: Any, operation_name: str | None) -> bool:
     return len(operations) == 1 and compiled_for(operations[0], fragments) is not None
 
 
-class RequestPipeline(SchemaExtension):
-    """Everything a request goes through before execution, in one extension (one set of hooks).
+@by_identity
+def _static_price(schema: Any, document: Any, operation_name: str | None, scale: Scale) -> Price:
+    return query_price(document, operation_name, None, None, DataScale(scale))
 
-    Limits (tokens at parse time; depth and aliases as validation rules built once), parse and
-    validation results cached by document (LRU, per process), then the node budget over the coerced
-    arguments, refused before execution; after execution, the cost in `extensions.cost`.
-    """
 
-    def __init__(self, *, execution_context: Any = None, rules: tuple = (), max_tokens: int = 5_000) -> None:
-        self.rules = rules
-        self.max_tokens = max_tokens
-        self.nodes: int | None = None
-
-    def on_operation(self):  # type: ignore[override]
-        ctx = self.execution_context
-        ctx.parse_options["max_tokens"] = self.max_tokens
-        ctx.validation_rules = ctx.validation_rules + self.rules
-        yield
-
-    def on_parse(self):  # type: ignore[override]
-        ctx = self.execution_context
-        if ctx.graphql_document is None and ctx.query:
-            ctx.graphql_document = _parsed(ctx.query, self.max_tokens)
-        yield
-
-    def on_validate(self):  # type: ignore[override]
-        ctx = self.execution_context
-        if ctx.pre_execution_errors is None and ctx.graphql_document is not None:
-            ctx.pre_execution_errors = _validated(ctx.schema._schema, ctx.graphql_document, ctx.validation_rules)
-        yield
-
-    def on_execute(self):  # type: ignore[override]
-        ctx = self.execution_context
-        error: GraphQLError | None = None
-        document = ctx.graphql_document
-        if document is not None:
-            compiled = getattr(ctx.schema.execution_context_class, "compiled", False)
-            single, sized_by_variables = _plan(ctx.schema._schema, document, ctx.operation_name, compiled)
-            try:
-                self.nodes = query_nodes(document, ctx.operation_name, ctx.variables,
-                                         ctx.schema._schema if sized_by_variables else None)
-            except GraphQLError as exc:
-                error = exc
-            else:
-                if self.nodes > MAX_NODES:
-                    error = QueryCostError(
-                        f"query may touch {self.nodes} nodes; the limit is {MAX_NODES} per query "
-                        f"(lower `first`, `perPaper`, `depth` or the number of ids)",
-                        cost=self.nodes, limit=MAX_NODES)
-            if error is None:
-                session = getattr(ctx.context, "session", None)
-                if session is not None and session.statements == 0:
-                    session.single_statement = single
-        if error is not None:
-            ctx.result = ExecutionResult(data=None, errors=[error])
-        yield
-
-    def get_results(self) -> dict[str, Any]:
-        context = self.execution_context.context
-        statements = getattr(getattr(context, "session", None), "statements", None)
-        return {"cost": {"nodes": self.nodes, "limit": MAX_NODES, "statements": statements}}
+def operation_price(schema: Any, document: Any, operation_name: str | None, variables: dict[str, Any] | None,
+                    scale: DataScale, compiled: bool = True) -> Price:
+    """The price of running the operation with these variables: computed once per document when no
+    variable sizes a list (cached), else per request. Raises UserInputError for an argument out of range.
+    Every transport and the prepared path price operations here."""
+    _, sized = _plan(schema, document, operation_name, compiled)
+    if not sized:
+        return _static_price(schema, document, operation_name, scale.current)
+    return query_price(document, operation_name, variables, schema, scale)

@@ -12,10 +12,11 @@ goes the ordinary way, so errors are what graphql-core makes of them.
 
 from __future__ import annotations
 
+import asyncio
 import operator
 from typing import Any, Callable
 
-from graphql import GraphQLObjectType, is_leaf_type, is_non_null_type
+from graphql import ExecutionResult, GraphQLObjectType, is_leaf_type, is_non_null_type
 from graphql.pyutils import Path
 from graphql.pyutils import Undefined as _UNDEFINED
 from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
@@ -58,6 +59,27 @@ _SUBFIELDS_MAX = 4096
 
 
 class DirectExecutionContext(StrawberryGraphQLCoreExecutionContext):
+    def execute_operation(self, serially=None):  # type: ignore[override]
+        """The operation within its deadline (the context's deadline_at): past it, the operation is
+        cancelled (its statements with it; the transport's session close returns the connection) and
+        answered with a TIMEOUT error. Subscription events each get a deadline of their own."""
+        result = super().execute_operation(serially)
+        context = self.context_value
+        deadline = getattr(context, "deadline_at", None)
+        if deadline is None or not self.is_awaitable(result):
+            return result
+
+        async def bounded() -> Any:
+            from app.errors import deadline_error
+
+            try:
+                async with asyncio.timeout_at(deadline):
+                    return await result
+            except TimeoutError:
+                return ExecutionResult(data=None, errors=[deadline_error(context.deadline_seconds)])
+
+        return bounded()
+
     def collect_subfields(self, return_type, field_details_list):  # type: ignore[override]
         try:
             coerced = getattr(self.variable_values, "coerced", None) or {}

@@ -25,6 +25,7 @@ request's session object (one statement needs no transaction).
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -37,8 +38,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from strawberry.types import ExecutionResult
 
 from app.compiled import Compiled, answer, arguments, compiled_for
-from app.cost import MAX_NODES, _parsed, _plan, document_parts, query_nodes
+from app.cost import Price, _parsed, actual_units, document_parts, operation_price, refusal
+from app.governor import RateLimited, Unauthenticated, rate_limit_headers
+from app.errors import deadline_error
+from app.pipeline import cost_extension, settle
 from app.http import response_media_type, streaming_request
+from app.limits import MAX_TOKENS
 from app.timeparse import now_as_of, parse_as_of
 
 _ALLOWED_KEYS = frozenset({"query", "variables", "operationName"})
@@ -55,7 +60,6 @@ class Prepared:
     document: Any  # kept alive: the caches below are keyed by its identity
     operation: OperationDefinitionNode
     compiled: Compiled
-    nodes: int | None  # the node budget's count; None when a variable sizes a list (counted per request)
 
 
 class PreparedOperations:
@@ -70,8 +74,6 @@ class PreparedOperations:
 
     def learn(self, schema: Any, query: str, operation_name: str | None) -> None:
         """Called after the full pipeline answered this document without errors."""
-        from app.schema import MAX_TOKENS
-
         if (query, operation_name) in self.table:
             return
         document = _parsed(query, MAX_TOKENS)
@@ -81,11 +83,9 @@ class PreparedOperations:
         compiled = compiled_for(operations[0], fragments)
         if compiled is None:
             return
-        _, sized = _plan(schema, document, operation_name, True)
-        nodes = None if sized else query_nodes(document, operation_name, None)
         if len(self.table) >= _MAX_PREPARED:
             self.table.clear()
-        self.table[(query, operation_name)] = Prepared(document, operations[0], compiled, nodes)
+        self.table[(query, operation_name)] = Prepared(document, operations[0], compiled)
 
 
 def _replay(messages: list[Message], receive: Receive) -> Receive:
@@ -162,7 +162,7 @@ class PreparedFastPath:
             self._media[accept] = None if streaming_request(scope) else response_media_type(text)
         return self._media[accept]
 
-    def _plan(self, body: bytes) -> tuple[Compiled, list[Any], list[bool], int] | None:
+    def _plan(self, body: bytes) -> tuple[Compiled, list[Any], list[bool], Price] | None:
         """The prepared statement and its arguments for this body, or None when the full stack must answer."""
         try:
             request = orjson.loads(body)
@@ -187,20 +187,18 @@ class PreparedFastPath:
                                       max_errors=1)
         if isinstance(coerced, list):
             return None
-        nodes = prepared.nodes
-        if nodes is None:
-            try:
-                nodes = query_nodes(prepared.document, operation_name or None, variables, schema)
-            except GraphQLError:
-                return None
-            if nodes > MAX_NODES:
-                return None
+        try:  # priced as the pipeline prices it (the same function, the same cache)
+            price = operation_price(schema, prepared.document, operation_name or None, variables, self.state.scale)
+        except GraphQLError:
+            return None
+        if refusal(price) is not None:
+            return None
         # The root field asks for its instant once: "now" is read only when no asOf is given.
         given = arguments(prepared.compiled, schema, coerced,
                           lambda as_of: now_as_of() if as_of is None else parse_as_of(as_of))
         if given is None:
             return None
-        return prepared.compiled, given[0], given[1], nodes
+        return prepared.compiled, given[0], given[1], price
 
     async def _answer(self, body: bytes, media: str, scope: Scope, receive: Receive, send: Send) -> bool:
         """Answer the request and say True, or say False (nothing sent) for the full stack to answer it."""
@@ -210,31 +208,45 @@ class PreparedFastPath:
             return False
         if planned is None:
             return False
-        compiled, args, afters, nodes = planned
+        compiled, args, afters, price = planned
         pool = self.state.read_pool()
         if pool is None:
             return False
+        governor = self.state.governor
+        try:  # the pipeline's own admission: who asks, their budget, a heavy slot
+            client = await self.state.identify(scope)
+            ticket = await governor.admit(client, price.points, price.units)
+        except (Unauthenticated, RateLimited):
+            return False  # the full stack refuses it, in its words
+        except Exception:  # noqa: BLE001 - the database away: the full stack answers
+            return False
         statements = 0
+        rows: Any = None
         try:
             # With a connection idle the pool hands it over at once; only a wait for one needs the bound
             # (asyncpg's timeout costs a twentieth of a small answer).
-            async with pool.acquire(timeout=None if pool.get_idle_size() else ACQUIRE_TIMEOUT) as conn:
-                statements = 1
-                rows = await conn.fetch(compiled.sql, *args)
+            async with asyncio.timeout(self.state.settings.request_timeout):
+                async with pool.acquire(timeout=None if pool.get_idle_size() else ACQUIRE_TIMEOUT) as conn:
+                    statements = 1
+                    rows = await conn.fetch(compiled.sql, *args)
             result = ExecutionResult(data=answer(compiled, rows, afters), errors=None)
+        except TimeoutError:
+            result = ExecutionResult(data=None, errors=[deadline_error(self.state.settings.request_timeout)])
         except Exception as exc:  # noqa: BLE001 - as graphql-core treats a failing nullable root field
             error = located_error(exc, [compiled.field], [compiled.response_key])
             self.state.schema.process_errors([error])
             result = ExecutionResult(data={compiled.response_key: None}, errors=[error])
-        result.extensions = {"cost": {"nodes": nodes, "limit": MAX_NODES, "statements": statements}}
+        actual = actual_units(result.data, len(rows) if rows is not None else 0, statements)
+        settle(governor, ticket, actual)
+        result.extensions = {"cost": cost_extension(price, actual, _Statements(statements))}
         self.state.prepared.answered += 1
         if result.errors is None:
-            small = _small_answer(result, media)
+            small = _small_answer(result, media, rate_limit_headers(governor.status(client)))
             if small is not None:  # what the response below sends for it, without building one
                 await send(small[0])
                 await send(small[1])
                 return True
-        response = self.state.respond(result, media)
+        response = self.state.respond(result, media, client)
         if len(response.body) < GZIP_MINIMUM:  # gzip sends these as they are
             await response(scope, receive, send)
         else:
@@ -243,7 +255,13 @@ class PreparedFastPath:
         return True
 
 
-def _small_answer(result: ExecutionResult, media: str) -> tuple[Message, Message] | None:
+class _Statements:
+    def __init__(self, statements: int) -> None:
+        self.statements = statements
+
+
+def _small_answer(result: ExecutionResult, media: str, extra: list[tuple[bytes, bytes]]
+                  ) -> tuple[Message, Message] | None:
     """The two messages of a successful answer under gzip's minimum size, byte for byte what
     app.http.result_response and Starlette's JSONResponse send (tests compare them); None otherwise."""
     try:
@@ -252,7 +270,7 @@ def _small_answer(result: ExecutionResult, media: str) -> tuple[Message, Message
         return None
     if len(body) >= GZIP_MINIMUM:
         return None
-    headers = [(b"content-length", str(len(body)).encode()), (b"content-type", _CONTENT_TYPES[media])]
+    headers = [(b"content-length", str(len(body)).encode()), (b"content-type", _CONTENT_TYPES[media]), *extra]
     return ({"type": "http.response.start", "status": 200, "headers": headers},
             {"type": "http.response.body", "body": body})
 

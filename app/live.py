@@ -22,13 +22,13 @@ from typing import Any
 import asyncpg
 
 from app.cursors import decode_token, encode_token
+from app.limits import MAX_SUBSCRIBERS, MAX_SUBSCRIPTIONS_PER_CLIENT
 
 log = logging.getLogger("pith.live")
 
 CHANNEL = "pith_changes"
 POLL_SECONDS = 5.0
 QUEUE_SIZE = 1_000
-MAX_SUBSCRIBERS = 10_000
 SHARE_SECONDS = 5.0
 ROWS = """SELECT position, kind, arxiv_id, observation_id, work_id, event_source, event_type, event_observed_at,
                  event_reported_at, event_notice_doi, committed_at
@@ -61,14 +61,17 @@ class Subscriber:
     arxiv_id: str
     queue: asyncio.Queue = field(default_factory=lambda: asyncio.Queue(QUEUE_SIZE))
     dropped: str | None = None
+    owner: str | None = None  # the client (app.governor.Client.id) holding it
 
 
 class Hub:
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, per_owner: int = MAX_SUBSCRIPTIONS_PER_CLIENT) -> None:
         self.dsn = dsn
+        self.per_owner = per_owner
         self.position = 0
         self.subscribers: dict[tuple[str, str], set[Subscriber]] = {}
         self.count = 0
+        self.by_owner: dict[str, int] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._ready = asyncio.Event()
@@ -109,13 +112,19 @@ class Hub:
             asyncio.get_running_loop().call_later(SHARE_SECONDS, self._shared.pop, key, None)
         return await asyncio.shield(future)
 
-    def subscribe(self, kind: str, arxiv_id: str) -> Subscriber:
+    def subscribe(self, kind: str, arxiv_id: str, owner: str | None = None) -> Subscriber:
+        """A new subscriber; refused past the process's limit, or past the owner's (one client's) share."""
         if self.count >= MAX_SUBSCRIBERS:
             raise LiveError(f"this server process holds its limit of {MAX_SUBSCRIBERS} subscriptions; retry later "
                             "or connect to another process")
-        sub = Subscriber(kind, arxiv_id)
+        if owner is not None and self.by_owner.get(owner, 0) >= self.per_owner:
+            raise LiveError(f"this client holds its limit of {self.per_owner} subscriptions; end some "
+                            "(complete them or close their connections) first")
+        sub = Subscriber(kind, arxiv_id, owner=owner)
         self.subscribers.setdefault((kind, arxiv_id), set()).add(sub)
         self.count += 1
+        if owner is not None:
+            self.by_owner[owner] = self.by_owner.get(owner, 0) + 1
         return sub
 
     def unsubscribe(self, sub: Subscriber) -> None:
@@ -125,6 +134,12 @@ class Hub:
             self.count -= 1
             if not subs:
                 del self.subscribers[(sub.kind, sub.arxiv_id)]
+            if sub.owner is not None:
+                left = self.by_owner.get(sub.owner, 1) - 1
+                if left > 0:
+                    self.by_owner[sub.owner] = left
+                else:
+                    self.by_owner.pop(sub.owner, None)
 
     def _notified(self, *_: Any) -> None:
         self._wake.set()

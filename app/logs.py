@@ -23,6 +23,7 @@ class JsonFormatter(logging.Formatter):
             "level": record.levelname.lower(),
             "logger": record.name,
             "request_id": getattr(record, "request_id", "-"),
+            "pid": record.process,
             "message": record.getMessage(),
         }
         if record.exc_info:
@@ -36,7 +37,8 @@ def configure_logging(fmt: str = "text", verbose: bool = False) -> None:
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"))
+        handler.setFormatter(logging.Formatter(
+            "%(asctime)s %(process)d %(levelname)s %(name)s [%(request_id)s] %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.DEBUG if verbose else logging.INFO)

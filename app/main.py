@@ -28,34 +28,22 @@ from strawberry.schema.exceptions import CannotGetOperationTypeError, InvalidOpe
 from strawberry.types.graphql import OperationType
 
 from app.context import Context
+from app.cost import DataScale
+from app.governor import Client, Governor, parse_networks, rate_limit_headers
 from app.db.pool import Session, create_pool
 from app.fastpath import GZIP_LEVEL, GZIP_MINIMUM, PreparedFastPath, PreparedOperations
-from app.http import streaming_request
+from app.http import GRAPHQL_PATH, error_response, streaming_request
+from app.limits import MAX_BODY_BYTES, MAX_QUERY_STRING_BYTES, MAX_SUBSCRIPTIONS_PER_CONNECTION, MAX_VARIABLES_BYTES
 from app.live import Hub
 from app.logs import request_id
 from app.persisted import PersistedDocuments, PersistedQueryError, load_manifest, requested_hash
+from app.limits import RETRY_AFTER_SECONDS
+from app.pipeline import UNAVAILABLE
 from app.schema import make_schema
 from app.settings import Settings
 
 log = logging.getLogger("pith.http")
 access = logging.getLogger("pith.access")
-
-MAX_BODY_BYTES = 100_000
-MAX_VARIABLES_BYTES = 20_000
-MAX_QUERY_STRING_BYTES = 16_000  # longer URLs are refused by many proxies anyway
-RETRY_AFTER_SECONDS = "5"
-
-# Failures that mean the database is unreachable right now, not that the request is wrong.
-UNAVAILABLE = (
-    OSError,
-    asyncpg.CannotConnectNowError,
-    asyncpg.ConnectionDoesNotExistError,
-    asyncpg.InterfaceError,
-    asyncpg.AdminShutdownError,
-    asyncpg.TooManyConnectionsError,
-    asyncpg.PostgresConnectionError,
-    TimeoutError,
-)
 
 
 class RequestIdMiddleware:
@@ -65,12 +53,18 @@ class RequestIdMiddleware:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
         given = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
         rid = given if given and len(given) <= 64 and given.replace("-", "").isalnum() else os.urandom(16).hex()
         token = request_id.set(rid)
+        if scope["type"] == "websocket":  # every operation of the connection carries its id
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                request_id.reset(token)
+            return
 
         async def send_with_id(message: dict) -> None:
             if message["type"] == "http.response.start":
@@ -178,22 +172,6 @@ class BodyLimitAndCancelOnDisconnect:
             await handler
 
 
-GRAPHQL_PATH = "/graphql"
-ERROR_CODES = {400: "BAD_REQUEST", 404: "NOT_FOUND", 413: "PAYLOAD_TOO_LARGE", 500: "INTERNAL_SERVER_ERROR",
-               503: "SERVICE_UNAVAILABLE"}
-
-
-def error_response(status: int, message: str, path: str | None = None, **extra: Any) -> Response:
-    """A JSON error; on the GraphQL endpoint in the shape GraphQL clients read."""
-    headers = {"Retry-After": RETRY_AFTER_SECONDS} if status == 503 else None
-    if path == GRAPHQL_PATH:
-        from app.http import transport_error
-
-        return transport_error(status, message, ERROR_CODES.get(status, "BAD_REQUEST"), headers=headers)
-    return JSONResponse({"error": {"status": status, "message": message, **extra}}, status_code=status,
-                        headers=headers)
-
-
 class App:
     """Holds what the handlers share: settings, the pool, the schema."""
 
@@ -206,10 +184,20 @@ class App:
         self.hub: Hub | None = None
         self.replicas: list[asyncpg.Pool] = []
         self._next_replica = 0
-        self.schema = make_schema(introspection=settings.introspection, production=settings.production)
+        self.scale = DataScale()
+        self.schema = make_schema(introspection=settings.introspection, production=settings.production,
+                                  scale=self.scale, statement_timeout_ms=settings.statement_timeout_ms)
+        self.governor = Governor(lambda: self.pool, anonymous_points_per_hour=settings.anonymous_points_per_hour,
+                                 trusted_proxies=parse_networks(settings.trusted_proxies),
+                                 heavy_slots=settings.heavy_slots)
         manifest = load_manifest(settings.persisted_documents) if settings.persisted_documents else None
         self.persisted = PersistedDocuments(manifest, only=settings.persisted_only)
         self.prepared = PreparedOperations()
+
+    def context(self, session: Session, client: Client | None, **more: Any) -> Context:
+        """A request's context: its session, who asks, and its deadline (from now)."""
+        return Context(session=session, client=client, governor=self.governor,
+                       deadline_seconds=self.settings.request_timeout, **more)
 
     def read_pool(self) -> asyncpg.Pool | None:
         """The pool a read goes to: a replica when there are any (round robin), else the primary."""
@@ -231,8 +219,26 @@ class App:
 
     # --- GraphQL -----------------------------------------------------------------------------------
 
+    async def identify(self, scope: Scope) -> Client:
+        """The client of an HTTP or WebSocket request (Unauthenticated for a bad key)."""
+        peer = scope.get("client")
+        return await self.governor.identify(peer[0] if peer else None, dict(scope.get("headers") or ()))
+
     async def graphql(self, request: Request) -> Response:
         """GraphQL over HTTP, as the GraphQL-over-HTTP specification says (see app/http.py)."""
+        from app import http
+        from app.governor import Unauthenticated
+
+        try:
+            client = await self.identify(request.scope)
+        except Unauthenticated as exc:
+            return http.transport_error(401, str(exc), "UNAUTHENTICATED", headers={"WWW-Authenticate": "Bearer"})
+        response = await self._graphql(request, client)
+        for name, value in rate_limit_headers(self.governor.status(client)):
+            response.headers.setdefault(name.decode(), value.decode())
+        return response
+
+    async def _graphql(self, request: Request, client: Client) -> Response:
         from app import http
 
         media = http.response_media_type(request.headers.get("accept"))
@@ -295,7 +301,7 @@ class App:
                 return Response(status_code=304, headers=cache)
 
         session = self.session()
-        context = Context(session=session)
+        context = self.context(session, client)
         try:
             result = await self.schema.execute(query, variable_values=params.variables, context_value=context,
                                                operation_name=params.operation_name,
@@ -304,11 +310,11 @@ class App:
             return http.operation_error(exc, replace(params, query=query), media, get_like)
         finally:
             await session.close()
-        response = self.respond(result, media)
-        if response.status_code == 503:
+        response = self.respond(result, media, client)
+        if response.status_code >= 400 and response.status_code != 400:
             return response
         if sha is not None and params.query is not None and not http.is_request_error(result):
-            await self.persisted.register(self.pool, sha, query)  # validated: it ran
+            await self.persisted.register(self.pool, sha, query, client)  # validated: it ran
         if not result.errors and not get_like and params.extensions is None and context.session.statements == 1:
             # Answered by one compiled statement: later requests of this document take app/fastpath.py.
             self.prepared.learn(self.schema._schema, query, params.operation_name)
@@ -316,52 +322,62 @@ class App:
             response.headers.update(cache)
         return response
 
-    def respond(self, result: Any, media: str | None) -> Response:
-        """The HTTP response for an execution result (errors formatted; 503 when the database was away)."""
+    def respond(self, result: Any, media: str | None, client: Any = None) -> Response:
+        """The HTTP response for an execution result: errors as the masking policy left them (app.pipeline),
+        the status their outcome calls for (401, 429, 503, 504), the client's RateLimit fields."""
         from app import http
+        from app.pipeline import outcome_status, retry_after
 
         errors = [self.format_error(e) for e in result.errors or []]
-        if any(e.get("extensions", {}).get("code") == "SERVICE_UNAVAILABLE" for e in errors):
-            return http.graphql_response({"data": None, "errors": errors}, 503, media,
-                                         {"Retry-After": RETRY_AFTER_SECONDS})
-        return http.result_response(result, errors, media)
+        headers = dict((k.decode(), v.decode()) for k, v in rate_limit_headers(self.governor.status(client)))
+        status = outcome_status(errors) if errors else None
+        if status is not None:
+            wait = retry_after(errors)
+            if wait is not None:
+                headers["Retry-After"] = wait
+            payload: dict[str, Any] = {"errors": errors} if result.data is None else {"data": result.data,
+                                                                                        "errors": errors}
+            if status == 503:
+                payload = {"data": None, "errors": errors}
+            if result.extensions:
+                payload["extensions"] = result.extensions
+            return http.graphql_response(payload, status, media, headers)
+        response = http.result_response(result, errors, media)
+        response.headers.update(headers)
+        return response
+
+    def format_error(self, error: GraphQLError) -> dict[str, Any]:
+        """An error as sent: the masking policy's (applied once, by the schema) or, for an error made
+        outside execution, the same policy applied here."""
+        from app.pipeline import masked
+
+        return masked(error, self.settings.statement_timeout_ms).formatted
+
+    async def refresh_scale(self, every: float = 300.0) -> None:
+        """Keep the price of data-sized work (a timeline reads all of a paper's observations) current, from
+        PostgreSQL's statistics, off every request's path."""
+        while True:
+            await asyncio.sleep(every)
+            try:
+                await self.refresh_scale_once()
+            except Exception as exc:  # noqa: BLE001 - keep the last estimate
+                log.debug("data scale not refreshed: %s", type(exc).__name__)
+
+    async def refresh_scale_once(self) -> None:
+        """Read the data's scale on a connection of its own (not one of the pool's: no request waits on it)."""
+        from app.cost import data_scale
+
+        conn = await asyncpg.connect(self.dsn, timeout=5, server_settings={"application_name": "pith-graph-scale"})
+        try:
+            self.scale.current = await data_scale(conn)
+        finally:
+            await conn.close()
 
     async def data_version(self) -> int:
         if self.pool is None:
             raise ConnectionError("the database pool is not open")
         async with self.pool.acquire(timeout=5) as conn:
             return await conn.fetchval("SELECT version FROM data_version")
-
-    def format_error(self, error: GraphQLError) -> dict[str, Any]:
-        original = error.original_error
-        if original is not None and not isinstance(original, GraphQLError):
-            if isinstance(original, asyncpg.QueryCanceledError):
-                log.warning("query cancelled (statement timeout) at %s", error.path)
-                return {"message": f"the query ran longer than the {self.settings.statement_timeout_ms} ms statement "
-                                   "timeout; ask for less (smaller first, perPaper or depth) or retry",
-                        "path": error.path,
-                        "extensions": {"code": "SERVICE_UNAVAILABLE", "requestId": request_id.get()}}
-            if isinstance(original, UNAVAILABLE):
-                log.warning("database unavailable: %s", type(original).__name__)
-                return {"message": "the database is unavailable; retry shortly", "path": error.path,
-                        "extensions": {"code": "SERVICE_UNAVAILABLE", "requestId": request_id.get()}}
-            log.error("unexpected error in %s", error.path, exc_info=original)
-            return {"message": f"internal error (request id {request_id.get()})", "path": error.path,
-                    "extensions": {"code": "INTERNAL_SERVER_ERROR", "requestId": request_id.get()}}
-        formatted = error.formatted
-        extensions = dict(formatted.get("extensions") or {})
-        if error.path is None:
-            from graphql import GraphQLSyntaxError
-
-            default = ("GRAPHQL_PARSE_FAILED" if isinstance(error, GraphQLSyntaxError)
-                       else "BAD_USER_INPUT" if error.message.startswith("Variable '$")
-                       else "GRAPHQL_VALIDATION_FAILED")
-        else:
-            default = "BAD_REQUEST"
-        extensions.setdefault("code", default)
-        extensions["requestId"] = request_id.get()
-        formatted["extensions"] = extensions
-        return formatted
 
     # --- health ------------------------------------------------------------------------------------
 
@@ -406,6 +422,12 @@ class App:
 def create_app(settings: Settings | None = None, dsn: str | None = None, *,
                pool_init: Callable[[asyncpg.Connection], Awaitable[None]] | None = None) -> Starlette:
     settings = settings or Settings.from_env()
+    if not logging.getLogger().handlers:  # a worker process (--workers N) starts with no logging of its own
+        from app.logs import configure_logging
+
+        configure_logging(settings.log_format)
+        if not settings.access_log:
+            logging.getLogger("pith.access").setLevel(logging.WARNING)
     dsn = dsn or settings.database_url
     if not dsn:
         raise ValueError("no database: set DATABASE_URL or use `pith-graph serve` for the embedded server")
@@ -417,8 +439,13 @@ def create_app(settings: Settings | None = None, dsn: str | None = None, *,
         state.replicas = [await create_pool(settings, url, init=pool_init) for url in settings.replica_urls]
         # Live changes are read from the primary: the change log is appended there, and a replica may
         # not have replayed a notified position yet.
-        state.hub = Hub(dsn)
+        state.hub = Hub(dsn, per_owner=settings.subscriptions_per_client)
         await state.hub.start()
+        try:  # prices are known before the first request; refreshed every 5 minutes after
+            await asyncio.wait_for(state.refresh_scale_once(), 10)
+        except Exception as exc:  # noqa: BLE001 - the defaults price conservatively
+            log.warning("data scale not read (%s): prices assume %s", type(exc).__name__, state.scale.current)
+        scale_task = asyncio.create_task(state.refresh_scale(), name="pith-data-scale")
         if settings.gc_freeze:
             # What start-up built (schema, modules, pools) lives as long as the process: moved out of
             # the collector's generations, full collections no longer walk it (they were the p99).
@@ -431,6 +458,8 @@ def create_app(settings: Settings | None = None, dsn: str | None = None, *,
             yield
         finally:
             gc.set_threshold(*thresholds)
+            scale_task.cancel()
+            await asyncio.gather(scale_task, return_exceptions=True)
             await state.hub.stop()
             pools, state.pool, state.replicas = [state.pool, *state.replicas], None, []
             for pool in pools:
@@ -475,9 +504,6 @@ def pool_figures(pool: asyncpg.Pool | None) -> dict[str, int]:
     return {"size": pool.get_size(), "idle": pool.get_idle_size(), "max": pool.get_max_size()}
 
 
-MAX_SUBSCRIPTIONS_PER_CONNECTION = 20
-
-
 class LiveGraphQL(StrawberryGraphQL):
     """Strawberry's own transports for subscriptions: graphql-transport-ws and graphql-ws over WebSocket,
     SSE and multipart over HTTP; keep-alive pings; the WebSocket origin rule follows PITH_CORS_ORIGINS
@@ -493,9 +519,88 @@ class LiveGraphQL(StrawberryGraphQL):
                          subscription_protocols=(GRAPHQL_TRANSPORT_WS_PROTOCOL, GRAPHQL_WS_PROTOCOL,
                                                  GRAPHQL_SSE_PROTOCOL, MULTIPART_SUBSCRIPTION_PROTOCOL))
         self.state = state
+        self.connections: dict[str, int] = {}  # open WebSockets per client
 
     async def get_context(self, request: Any, response: Any = None) -> Context:  # type: ignore[override]
-        return Context(session=self.state.session(), hub=self.state.hub, app=self.state)
+        client = request.scope.get("pith.client")
+        if client is None:  # SSE and multipart: identified here (a bad key is refused before the stream)
+            from app.governor import Unauthenticated
+
+            try:
+                client = await self.state.identify(request.scope)
+            except Unauthenticated as exc:
+                raise _Refused(401, str(exc)) from None
+        # A WebSocket's context serves every operation of the connection: each gets its deadline as it starts.
+        return self.state.context(self.state.session(), client, hub=self.state.hub, app=self.state,
+                                  deadline_each_operation=request.scope["type"] == "websocket")
+
+    async def on_ws_connect(self, context: Context) -> Any:  # type: ignore[override]
+        """connection_init: an `authorization` in its payload names the client (as the header would)."""
+        from strawberry.exceptions import ConnectionRejectionError
+
+        from app.governor import Unauthenticated
+
+        params = context.connection_params if isinstance(context.connection_params, dict) else {}
+        given = params.get("authorization") or params.get("Authorization")
+        if given is None:
+            return await super().on_ws_connect(context)
+        if not isinstance(given, str):
+            raise ConnectionRejectionError({"reason": "connection_init payload: authorization must be a string"})
+        try:
+            context.client = await self.state.governor.identify(context.client.address, {}, given)
+        except Unauthenticated as exc:
+            raise ConnectionRejectionError({"reason": str(exc)}) from None
+        return await super().on_ws_connect(context)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "websocket":
+            try:
+                await super().__call__(scope, receive, send)
+            except _Refused as exc:
+                from app.http import transport_error
+
+                await transport_error(exc.status, exc.message, "UNAUTHENTICATED")(scope, receive, send)
+            return
+        from starlette.websockets import WebSocket
+
+        from app.governor import Unauthenticated
+
+        try:
+            client = await self.state.identify(scope)
+        except Unauthenticated as exc:
+            await _refuse_websocket(WebSocket(scope, receive, send), 4401, str(exc))
+            return
+        held = self.connections.get(client.id, 0)
+        limit = self.state.settings.websockets_per_client
+        if held >= limit:
+            await _refuse_websocket(WebSocket(scope, receive, send), 4429,
+                                    f"this client holds its limit of {limit} WebSocket connections; close some first")
+            return
+        self.connections[client.id] = held + 1
+        scope["pith.client"] = client
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            left = self.connections.get(client.id, 1) - 1
+            if left > 0:
+                self.connections[client.id] = left
+            else:
+                self.connections.pop(client.id, None)
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        self.status, self.message = status, message
+
+
+async def _refuse_websocket(ws: Any, code: int, reason: str) -> None:
+    """Accept (with a protocol the client offered) only to close with a code and a reason it can read."""
+    from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL, GRAPHQL_WS_PROTOCOL
+
+    offered = ws.scope.get("subprotocols") or []
+    protocol = next((p for p in offered if p in (GRAPHQL_TRANSPORT_WS_PROTOCOL, GRAPHQL_WS_PROTOCOL)), None)
+    await ws.accept(subprotocol=protocol)
+    await ws.close(code=code, reason=reason[:120])
 
 
 class GraphQLEndpoint:

@@ -11,8 +11,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
+import logging
+import time
 import re
 from collections import OrderedDict
 from pathlib import Path
@@ -20,8 +23,12 @@ from typing import Any
 
 import asyncpg
 
+from app.limits import PERSISTED_MAX_STORED as MAX_STORED
+from app.limits import PERSISTED_REGISTRATIONS_PER_MINUTE
+
+log = logging.getLogger("pith.persisted")
+
 HASH = re.compile(r"^[0-9a-f]{64}$")
-MAX_STORED = 10_000  # documents kept in the database at most; past that, queries still run, unregistered
 LOCAL_CACHE = 2_048
 
 
@@ -68,6 +75,9 @@ class PersistedDocuments:
         self.manifest = manifest or {}
         self.only = only
         self._seen: OrderedDict[str, str] = OrderedDict()
+        self._touched: dict[str, float] = {}
+        self._rate = PerMinute(PERSISTED_REGISTRATIONS_PER_MINUTE)
+        self.refused = 0  # registrations refused for rate (tests read it)
 
     def _remember(self, sha: str, document: str) -> None:
         self._seen[sha] = document
@@ -82,6 +92,7 @@ class PersistedDocuments:
             return None
         if sha in self._seen:
             self._seen.move_to_end(sha)
+            self.touch(pool, sha)
             return self._seen[sha]
         if pool is None:
             return None
@@ -89,6 +100,7 @@ class PersistedDocuments:
             document = await conn.fetchval("SELECT document FROM persisted_queries WHERE sha256 = $1", sha)
         if document is not None:
             self._remember(sha, document)
+            self.touch(pool, sha)
         return document
 
     def resolve(self, query: str | None, sha: str | None) -> str | None:
@@ -104,13 +116,72 @@ class PersistedDocuments:
                                           "one of them in extensions.persistedQuery", "PERSISTED_QUERY_REQUIRED", 400)
         return query
 
-    async def register(self, pool: asyncpg.Pool | None, sha: str, document: str) -> None:
-        """Store a document that has passed validation (idempotent; capped)."""
-        self._remember(sha, document)
+    async def register(self, pool: asyncpg.Pool | None, sha: str, document: str, client: Any = None) -> None:
+        """Store a document that has passed validation (idempotent). A full table makes room by evicting the
+        least recently used documents; one client registers at most PERSISTED_REGISTRATIONS_PER_MINUTE new
+        documents a minute (per process), so a flood can neither evict documents in use nor fill the table."""
+        if sha in self._seen:
+            return  # stored already (this process registered or read it)
         if self.only or pool is None or sha in self.manifest:
+            self._remember(sha, document)
+            return
+        if client is not None and not self._rate.take(client.id):
+            self.refused += 1
             return
         async with pool.acquire(timeout=5) as conn:
-            await conn.execute(
-                "INSERT INTO persisted_queries (sha256, document) SELECT $1, $2 "
-                "WHERE (SELECT count(*) FROM persisted_queries) < $3 ON CONFLICT DO NOTHING",
-                sha, document, MAX_STORED)
+            await conn.execute(REGISTER, sha, document, MAX_STORED)
+        self._remember(sha, document)
+
+    def touch(self, pool: asyncpg.Pool | None, sha: str) -> None:
+        """A document was used: refresh its last use (at most once a minute per document and process)."""
+        now = time.monotonic()
+        if pool is None or sha in self.manifest or now - self._touched.get(sha, -TOUCH_SECONDS) < TOUCH_SECONDS:
+            return
+        if len(self._touched) > LOCAL_CACHE * 4:
+            self._touched.clear()
+        self._touched[sha] = now
+
+        async def write() -> None:
+            try:
+                async with pool.acquire(timeout=5) as conn:
+                    await conn.execute("UPDATE persisted_queries SET last_used = now() WHERE sha256 = $1", sha)
+            except Exception as exc:  # noqa: BLE001 - a missed refresh only ages the document
+                log.warning("could not refresh a persisted query's last use: %s", type(exc).__name__)
+
+        task = asyncio.ensure_future(write())
+        _pending.add(task)
+        task.add_done_callback(_pending.discard)
+
+
+# A full table evicts its least recently used documents to make room, in the statement that inserts.
+REGISTER = """
+WITH room AS (
+    DELETE FROM persisted_queries WHERE sha256 IN (
+        SELECT sha256 FROM persisted_queries ORDER BY last_used, sha256
+        LIMIT greatest(0, (SELECT count(*) FROM persisted_queries) - $3 + 1))
+    AND NOT EXISTS (SELECT 1 FROM persisted_queries WHERE sha256 = $1)
+)
+INSERT INTO persisted_queries (sha256, document) VALUES ($1, $2) ON CONFLICT DO NOTHING
+"""
+TOUCH_SECONDS = 60.0
+_pending: set[asyncio.Task] = set()
+
+
+class PerMinute:
+    """At most `rate` takes per key in any minute (a token bucket refilled continuously)."""
+
+    def __init__(self, rate: int) -> None:
+        self.rate = rate
+        self._buckets: dict[str, tuple[float, float]] = {}
+
+    def take(self, key: str) -> bool:
+        now = time.monotonic()
+        tokens, at = self._buckets.get(key, (float(self.rate), now))
+        tokens = min(float(self.rate), tokens + (now - at) * self.rate / 60.0)
+        if tokens < 1:
+            self._buckets[key] = (tokens, now)
+            return False
+        if len(self._buckets) > 100_000:
+            self._buckets.clear()
+        self._buckets[key] = (tokens - 1, now)
+        return True

@@ -14,24 +14,24 @@ from strawberry.extensions import MaxAliasesLimiter, QueryDepthLimiter
 from strawberry.schema.config import StrawberryConfig
 from strawberry.types import Info
 
-from app.cost import MAX_NEIGHBOURHOOD_PAPERS, RequestPipeline
+from app.limits import (ARGUMENT_RANGES, DEFAULT_MAX_CHANGES, MAX_ALIASES, MAX_DEPTH, MAX_IDS,
+                        MAX_NEIGHBOURHOOD_PAPERS, MAX_TOKENS)
 from app.errors import UserInputError
 from app.timeparse import BadInput, parse_arxiv_id, parse_search_words
-from app.types.enums import Direction
+from app.types.enums import ChangeKind, Direction
 from app.types.diff import RecordChange, RecordDiff
 from app.types.node import Node, parse_global_id
-from app.types.observation import CitationObservation, PageInfo
+from app.types.graph import CitationObservation, Paper
+from app.types.pageinfo import PageInfo
+from app.types.paging import check_first
 from app.types.work import Work
-from app.types.paper import Paper, check_first
 from app.types.record import CitationRecord
 from app.types.scalars import SCALARS
 
 log = logging.getLogger("pith.graphql")
 
-MAX_DEPTH = 15
-MAX_ALIASES = 30
-MAX_TOKENS = 5_000
-MAX_IDS = 100
+
+SEARCH_UNITS = 500  # ranking titles by full text: the statement's work beyond its rows (bench/calibrate.py)
 
 ArxivIdArg = Annotated[str, strawberry.argument(description="arXiv id without version, e.g. 2402.15627 or hep-th/9901001.")]
 AsOfArg = Annotated[datetime | None, strawberry.argument(
@@ -128,8 +128,31 @@ class SearchConnection:
     page_info: PageInfo = strawberry.field(description="Whether more matches follow, and where this page ends.")
 
 
+@strawberry.type(description=(
+    "The asking client's budget (GitHub's rateLimit): points per clock hour, charged before an operation runs "
+    "(a point per 100 work units, at least 1) and settled to the work it did."))
+class RateLimit:
+    limit: int | None = strawberry.field(description="Points per hour; null when this client has no budget.")
+    cost: int = strawberry.field(description="Points this operation was charged.")
+    remaining: int | None = strawberry.field(description="Points left this hour (after this operation's charge).")
+    reset_at: datetime | None = strawberry.field(description="When the budget is whole again (the hour's end).")
+    used: int | None = strawberry.field(description="Points used this hour.")
+
+
 @strawberry.type(description="Ask who cites a paper, what it cites, how each reference resolved, and its standing.")
 class Query:
+    @strawberry.field(description="The asking client's budget, from the same accounting that admits operations.")
+    def rate_limit(self, info: Info) -> RateLimit:
+        context = info.context
+        ticket = getattr(context, "ticket", None)
+        governor = getattr(context, "governor", None)
+        status = governor.status(getattr(context, "client", None)) if governor is not None else None
+        cost = ticket.points if ticket is not None else 0
+        if status is None:
+            return RateLimit(limit=None, cost=cost, remaining=None, reset_at=None, used=None)
+        return RateLimit(limit=status.limit, cost=cost, remaining=status.remaining, reset_at=status.reset_at,
+                         used=status.used)
+
     @strawberry.field(description="One paper as of an instant; null when it has no snapshot by then.")
     async def paper(self, info: Info, arxiv_id: ArxivIdArg, as_of: AsOfArg = None) -> Paper | None:
         at = info.context.instant(as_of)
@@ -185,9 +208,16 @@ class Query:
         self, info: Info, arxiv_id: ArxivIdArg,
         from_: Annotated[datetime, strawberry.argument(name="from", description="The earlier instant.")],
         to: Annotated[datetime, strawberry.argument(description="The later instant (not before `from`).")],
+        max_changes: Annotated[int, strawberry.argument(description=(
+            "At most this many changes, the oldest first (1 to 10,000); `changesTruncated` says when more "
+            "followed. Priced per change."))] = DEFAULT_MAX_CHANGES,
+        kinds: Annotated[list[ChangeKind] | None, strawberry.argument(description=(
+            "Only changes of these kinds (the patch is the whole record's either way): "
+            "[STANDING_EVENT] lists the retractions and corrections alone."))] = None,
     ) -> RecordDiff | None:
         from app import record
         from app.jsonpatch import diff
+        from loaders.base import charge
         from loaders.changes import record_changes
 
         if to < from_:
@@ -202,10 +232,22 @@ class Query:
         new = record.build_record(after)
         old = record.build_record(before) if before is not None else None
         patch = [{"op": "add", "path": "", "value": new}] if old is None else diff(old, new)
-        changes = await record_changes(context.session, paper, from_, to)
+        low, high = ARGUMENT_RANGES["maxChanges"]
+        if not low <= max_changes <= high:
+            raise UserInputError(f"maxChanges: {max_changes} is out of range; allowed {low} to {high}",
+                                 argument="maxChanges")
+        changes = await record_changes(context.session, paper, from_, to, max_changes + 1,
+                                       [k.value for k in kinds] if kinds is not None else None)
+        # The changes statement scans every observation of the paper (and their facts), whatever it returns.
+        charge(context.session, 2 * (after.counts.inbound + after.counts.outbound))
+        built = []
+        for i, change in enumerate(changes[:max_changes]):
+            built.append(RecordChange.of(change, to))
+            if i % 200 == 199:
+                await asyncio.sleep(0)  # other requests get the event loop between stretches
         return RecordDiff(from_=from_, to=to, from_context_digest=old["context_digest"] if old else None,
-                          to_context_digest=new["context_digest"], patch=patch,
-                          changes=[RecordChange.of(c, to) for c in changes])
+                          to_context_digest=new["context_digest"], patch=patch, changes=built,
+                          changes_truncated=len(changes) > max_changes)
 
     @strawberry.field(description=(
         "Papers within `depth` hops (1 to 3), following at most `perPaper` edges (1 to 100) of each paper in the "
@@ -234,6 +276,7 @@ class Query:
         as_of: AsOfArg = None,
     ) -> SearchConnection:
         from app import cursors
+        from loaders.base import charge
         from loaders.papers import search_page
 
         check_first(first)
@@ -244,6 +287,7 @@ class Query:
         key = cursors.decode_search(after)
         at = info.context.instant(as_of)
         found = await search_page(info.context.session, query, at, first + 1, key)
+        charge(info.context.session, SEARCH_UNITS)
         loaders = info.context.loaders(at)
         shown = found[:first]
         for p, _ in shown:
@@ -259,10 +303,21 @@ class Schema(strawberry.Schema):
     """Logs only unexpected errors: a client's bad input is the client's answer, not an incident."""
 
     def process_errors(self, errors: list[GraphQLError], execution_context: Any = None) -> None:
+        """The one place an error is logged (before the masking policy replaces what clients see)."""
+        import asyncpg
+
+        from app.pipeline import UNAVAILABLE
+
         for error in errors:
             original = error.original_error
-            if original is not None and not isinstance(original, GraphQLError):
-                log.error("error in %s: %s", error.path, type(original).__name__, exc_info=original)
+            if original is None or isinstance(original, GraphQLError):
+                continue
+            if isinstance(original, asyncpg.QueryCanceledError):
+                log.warning("query cancelled (statement timeout) at %s", error.path)
+            elif isinstance(original, UNAVAILABLE):
+                log.warning("database unavailable at %s: %s", error.path, type(original).__name__)
+            else:
+                log.error("unexpected error in %s: %s", error.path, type(original).__name__, exc_info=original)
 
 
 # The limiters' validation rules, built once: Strawberry's limiters make new rule classes each time they
@@ -273,12 +328,15 @@ LIMIT_RULES: tuple = (*QueryDepthLimiter(max_depth=MAX_DEPTH).validation_rules,
 
 
 def make_schema(*, introspection: bool = True, production: bool = False, direct: bool = True,
-                compiled: bool = True) -> strawberry.Schema:
+                compiled: bool = True, scale: Any = None, statement_timeout_ms: int = 10_000) -> strawberry.Schema:
     from functools import partial
 
     from strawberry.extensions import DisableIntrospection
 
-    extensions: list = [partial(RequestPipeline, rules=LIMIT_RULES, max_tokens=MAX_TOKENS)]
+    from app.pipeline import MaskingPolicy, RequestPipeline
+
+    extensions: list = [partial(RequestPipeline, rules=LIMIT_RULES, max_tokens=MAX_TOKENS, scale=scale),
+                        partial(MaskingPolicy, statement_timeout_ms=statement_timeout_ms)]
     if not introspection:
         extensions.insert(0, DisableIntrospection)
     from app.execution import CompiledExecutionContext, DirectExecutionContext

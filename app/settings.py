@@ -7,6 +7,9 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from app.limits import (DEFAULT_ANONYMOUS_POINTS_PER_HOUR, DEFAULT_REQUEST_TIMEOUT_SECONDS, MAX_SUBSCRIPTIONS_PER_CLIENT,
+                        MAX_WEBSOCKETS_PER_CLIENT)
+
 
 def _default_data_dir() -> Path:
     import platformdirs
@@ -44,6 +47,15 @@ class Settings:
     # Documents answered once by the full pipeline with one compiled statement are answered again
     # before it (app/fastpath.py); off only to compare the two.
     prepared_fast_path: bool = True
+    # Seconds an operation may take from its arrival; past it, it is cancelled (TIMEOUT). 0: none.
+    request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT_SECONDS
+    # Points per hour for clients without a key (by IP address); None: unlimited. On in production.
+    anonymous_points_per_hour: int | None = None
+    trusted_proxies: tuple[str, ...] = ()  # addresses or networks whose Forwarded / X-Forwarded-For count
+    heavy_slots: int = 2  # heavy operations (app.limits.HEAVY_COST) running at once per process
+    # One client's share of the live transports (raise them for many users behind one address).
+    websockets_per_client: int = MAX_WEBSOCKETS_PER_CLIENT
+    subscriptions_per_client: int = MAX_SUBSCRIPTIONS_PER_CLIENT
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> "Settings":
@@ -69,7 +81,21 @@ class Settings:
             persisted_only=env.get("PITH_PERSISTED_ONLY", "") in ("1", "true", "yes"),
             access_log=env.get("PITH_ACCESS_LOG", "1") not in ("0", "false", "no"),
             prepared_fast_path=env.get("PITH_PREPARED_FAST_PATH", "1") not in ("0", "false", "no"),
+            request_timeout=float(env.get("PITH_REQUEST_TIMEOUT", DEFAULT_REQUEST_TIMEOUT_SECONDS)) or None,
+            anonymous_points_per_hour=_anonymous_budget(env),
+            trusted_proxies=_split(env.get("PITH_TRUSTED_PROXIES", "")),
+            heavy_slots=int(env.get("PITH_HEAVY_SLOTS", base.heavy_slots)),
+            websockets_per_client=int(env.get("PITH_WEBSOCKETS_PER_CLIENT", base.websockets_per_client)),
+            subscriptions_per_client=int(env.get("PITH_SUBSCRIPTIONS_PER_CLIENT", base.subscriptions_per_client)),
         )
+
+
+def _anonymous_budget(env: dict[str, str]) -> int | None:
+    """PITH_ANONYMOUS_POINTS_PER_HOUR; unset: the default in production, unlimited elsewhere; 0: unlimited."""
+    given = env.get("PITH_ANONYMOUS_POINTS_PER_HOUR")
+    if given is None or not given.strip():
+        return DEFAULT_ANONYMOUS_POINTS_PER_HOUR if env.get("PITH_ENV", "") == "production" else None
+    return int(given) or None
 
 
 def redact_url(url: str | None) -> str:

@@ -1,8 +1,9 @@
 """What a batch function needs of the database: a way to run one statement.
 
 Statements are written once for one instant, with `$AS` where the instant goes: `at_param` gives the
-ordinary statement (the instant is parameter n), `at_each` the same statement run at many instants
-at once (parameter n is then an array of instants, and every row says which instant it is for).
+ordinary statement (the instant is parameter n), `at_pairs` the same statement run for many (key,
+instant) pairs at once (the keys and the instants are then arrays, and every row says which pair it is
+for).
 """
 
 from __future__ import annotations
@@ -14,16 +15,33 @@ class Db(Protocol):
     async def fetch(self, sql: str, *args: Any) -> Sequence[Any]: ...
 
 
+# Work units of building one record from its rows (app.cost; bench/calibrate.py measures them).
+RECORD_BUILD_UNITS = 300
+STANDING_UNITS = 12  # a standing notice (or an observation's digest): a loader key and the notice built
+TIMELINE_ENTRY_UNITS = 150  # a timeline entry's record: its statements are shared with the page's others
+
+
+def charge(db: Any, units: int) -> None:
+    """Tell the request's session of work done beyond the rows it read (a no-op for a bare connection)."""
+    found = getattr(db, "charge", None)
+    if found is not None:
+        found(units)
+
+
 def at_param(template: str, param: int) -> str:
     return template.replace("$AS", f"${param}")
 
 
-def at_each(template: str, param: int) -> str:
-    """The statement at every instant of the array ${param}; each row leads with t_ord, the 1-based place
-    of its instant. A lateral subquery runs once per instant, in the array's order, and hands its rows on
-    in its own order, so the rows of each instant come as the one-instant statement gives them."""
-    return (f"SELECT t.t_ord, x.* FROM unnest(${param}::timestamptz[]) WITH ORDINALITY AS t(t_as_of, t_ord)\n"
-            f"CROSS JOIN LATERAL ({template.replace('$AS', 't.t_as_of')}) AS x")
+def at_pairs(template: str, instant_param: int, key_param: int = 1, key_type: str = "text", repeat: int = 1) -> str:
+    """The statement once per (key, instant) pair: ${key_param} is then the array of keys and
+    ${instant_param} the array of instants, one of each per pair (the template's key array becomes the
+    pair's key, `repeat` times). Each row leads with t_ord, the pair's 1-based place, as at_each's do."""
+    keys = f"${key_param}::{key_type}[]"
+    assert keys in template, f"the template takes no {keys}"
+    one = "ARRAY[" + ", ".join(["t.t_key"] * repeat) + f"]::{key_type}[]"
+    inner = template.replace(keys, one).replace("$AS", "t.t_as_of")
+    return (f"SELECT t.t_ord, x.* FROM unnest({keys}, ${instant_param}::timestamptz[]) "
+            f"WITH ORDINALITY AS t(t_key, t_as_of, t_ord)\nCROSS JOIN LATERAL ({inner}) AS x")
 
 
 def by_instant(rows: Sequence[Any], n: int) -> list[list[Any]]:

@@ -15,7 +15,7 @@ from typing import Any, Final, Sequence
 
 from loaders.base import Db
 from loaders.citations import _DETAIL_COLUMNS, detail_joins, observation_from
-from loaders.rows import Observation
+from loaders.rows import UNRESOLVED, Observation
 
 _PAPER_JSON = ("jsonb_build_object('title', {p}.title, 'latestVersion', {p}.latest_version, 'primaryCategory', "
                "{p}.primary_category, 'submittedAt', {p}.submitted_at, 'lastUpdated', {p}.last_updated)")
@@ -30,7 +30,7 @@ def _previous_paper(alias: str) -> str:
             f"AND q.observed_at < {alias}.observed_at ORDER BY q.observed_at DESC LIMIT 1)")
 
 
-# $1 paper, $2 from (exclusive), $3 to (inclusive).
+# $1 paper, $2 from (exclusive), $3 to (inclusive), $4 how many at most (NULL: all), $5 the kinds (NULL: all).
 CHANGES: Final = f"""
 WITH shown AS (  -- the observations of the uncapped record at `to`, in record order
     SELECT o.observation_id, o.work_id, o.citing_arxiv_id, o.cited_arxiv_id, 'out' AS side,
@@ -62,7 +62,7 @@ ch AS (
     SELECT 'RESOLUTION_CHANGED', r.observed_at, r.observation_id, NULL, NULL,
            jsonb_build_object('status', upper(coalesce((
                SELECT p.status FROM resolutions AS p WHERE p.observation_id = r.observation_id
-                 AND p.observed_at < r.observed_at ORDER BY p.observed_at DESC LIMIT 1), 'unresolved'))),
+                 AND p.observed_at < r.observed_at ORDER BY p.observed_at DESC LIMIT 1), '{UNRESOLVED}'))),
            jsonb_build_object('status', upper(r.status), 'resolverSource', r.resolver_source)
     FROM resolutions AS r JOIN shown USING (observation_id)
     WHERE r.observed_at > $2 AND r.observed_at <= $3
@@ -109,7 +109,9 @@ SELECT ch.kind, ch.at, ch.event, ch.measurement, ch.previous, ch.current, {_DETA
 FROM ch
 LEFT JOIN citation_observations AS o ON o.observation_id = ch.obs
 {detail_joins(outer=True).replace("$AS", "$3")}
+WHERE $5::text[] IS NULL OR ch.kind = ANY($5::text[])
 ORDER BY ch.at, ch.obs NULLS FIRST, ch.kind
+LIMIT $4
 """
 
 
@@ -128,8 +130,11 @@ def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
-async def record_changes(db: Db, arxiv_id: str, after: datetime, until: datetime) -> list[Change]:
-    rows: Sequence[Any] = await db.fetch(CHANGES, arxiv_id, after, until)
+async def record_changes(db: Db, arxiv_id: str, after: datetime, until: datetime,
+                         limit: int | None = None, kinds: Sequence[str] | None = None) -> list[Change]:
+    """The first `limit` changes (all when None) of these kinds (all when None), oldest first."""
+    rows: Sequence[Any] = await db.fetch(CHANGES, arxiv_id, after, until, limit,
+                                         list(kinds) if kinds is not None else None)
     return [Change(r["kind"], r["at"], observation_from(r) if r["observation_id"] is not None else None,
                    _json(r["event"]), _json(r["measurement"]), _json(r["previous"]), _json(r["current"]))
             for r in rows]

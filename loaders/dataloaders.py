@@ -11,13 +11,14 @@ from uuid import UUID
 
 from aiodataloader import DataLoader
 
-from loaders.base import Db
+from loaders.base import RECORD_BUILD_UNITS, Db, charge
 from loaders.citations import PageKey, citation_counts, inbound_pages, observations_by_id, outbound_pages
 from loaders.measurements import measurements_by_paper
 from loaders.papers import paper_snapshots
-from loaders.record import record_rows
+from loaders.record import SERVED_CAPS, record_histories, record_rows
 from loaders.rows import Measurement, Observation, PaperSnapshot, RecordRows, Standing, WorkSnapshot
 from loaders.standing import standing_by_work
+from loaders.timeline import Entry, instant, timelines
 from loaders.works import work_snapshots
 
 
@@ -31,6 +32,16 @@ class PageRequest:
     statuses: tuple[str, ...] | None = None
     cites_retracted: bool | None = None
     backward: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineRequest:
+    """A page of one paper's timeline: entries with low <= at <= high (Unix seconds), records for `first`."""
+
+    arxiv_id: str
+    low: int
+    high: int
+    first: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +119,10 @@ class Loaders:
     def work(self) -> DataLoader:
         return DataLoader(self._works)
 
+    @cached_property
+    def timeline(self) -> DataLoader:
+        return DataLoader(self._timelines)
+
     async def _papers(self, keys: Sequence[str]) -> list[PaperSnapshot | None]:
         return await paper_snapshots(self.db, keys, self.as_of)
 
@@ -150,5 +165,25 @@ class Loaders:
     async def _works(self, keys: Sequence[UUID]) -> list[WorkSnapshot | None]:
         return await work_snapshots(self.db, keys, self.as_of)
 
+    async def _timelines(self, keys: Sequence[TimelineRequest]) -> list[tuple[list[Entry], list[RecordRows | None]]]:
+        """Every paper's page at once: two statements per window asked (one, usually), then the records at
+        all the pages' entries in one set of six."""
+        windows: dict[tuple[int, int], list[int]] = defaultdict(list)
+        for i, key in enumerate(keys):
+            windows[(key.low, key.high)].append(i)
+        entries: list[list[Entry]] = [[] for _ in keys]
+        for (low, high), places in windows.items():
+            found = await timelines(self.db, [keys[i].arxiv_id for i in places], low, high, SERVED_CAPS.inbound,
+                                    SERVED_CAPS.outbound)
+            for i, page in zip(places, found):
+                entries[i] = page
+        pairs = [(key.arxiv_id, instant(e.at)) for key, page in zip(keys, entries) for e in page[:key.first]]
+        rows = iter(await record_histories(self.db, pairs))
+        return [(page, [next(rows) for _ in page[:key.first]]) for key, page in zip(keys, entries)]
+
     async def _records(self, keys: Sequence[str]) -> list[RecordRows | None]:
-        return await record_rows(self.db, keys, self.as_of)
+        found = await record_rows(self.db, keys, self.as_of)
+        # Building each record, and counting its totals (a scan of every observation of the paper).
+        charge(self.db, sum(RECORD_BUILD_UNITS + (r.counts.inbound + r.counts.outbound) // 20
+                            for r in found if r is not None))
+        return found

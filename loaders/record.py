@@ -7,7 +7,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any, Awaitable, Callable, Final, Sequence, TypeVar
 
-from loaders.base import Db, at_each, by_instant
+from loaders.base import Db, at_pairs, by_instant
 from loaders.citations import (
     CITATION_COUNTS_TEMPLATE,
     INBOUND_PAGES_TEMPLATE,
@@ -109,35 +109,51 @@ async def record_rows(db: Db, arxiv_ids: Sequence[str], as_of: datetime,
 
 async def record_history(db: Db, arxiv_id: str, instants: Sequence[datetime],
                          caps: Caps = SERVED_CAPS) -> list[RecordRows | None]:
-    """Rows for one paper's record at each instant (None where it has no snapshot by then): the same six
-    statements as one record, each run at every instant at once (loaders.base.at_each)."""
-    n = len(instants)
+    """Rows for one paper's record at each instant (None where it has no snapshot by then)."""
+    return await record_histories(db, [(arxiv_id, t) for t in instants], caps)
+
+
+async def record_histories(db: Db, pairs: Sequence[tuple[str, datetime]],
+                           caps: Caps = SERVED_CAPS) -> list[RecordRows | None]:
+    """Rows for each (paper, instant)'s record (None where the paper has no snapshot by then): the same six
+    statements as one record, each run once per pair at once (loaders.base.at_pairs), whatever the
+    number of papers and instants."""
+    n = len(pairs)
+    if n == 0:
+        return []
     papers = [found[0] for found in _each(
-        await db.fetch(at_each(PAPER_SNAPSHOTS_TEMPLATE, 2), [arxiv_id], list(instants)), n,
+        await db.fetch(at_pairs(PAPER_SNAPSHOTS_TEMPLATE, 2), [p for p, _ in pairs], [t for _, t in pairs]), n,
         lambda rows: papers_from_rows(rows, 1))]
-    at = [t for t, p in zip(instants, papers) if p is not None]
-    if not at:
+    kept = [(pair, p) for pair, p in zip(pairs, papers) if p is not None]
+    if not kept:
         return [None] * n
-    m = len(at)
-    totals = _each(await db.fetch(at_each(CITATION_COUNTS_TEMPLATE, 3), [arxiv_id, arxiv_id], ["in", "out"],
-                                  at, None, None), m, lambda rows: totals_from_rows(rows, 2))
-    measurements = _each(await db.fetch(at_each(MEASUREMENTS_TEMPLATE, 2), [arxiv_id], at), m,
-                         lambda rows: measurements_from_rows(rows, [arxiv_id])[0])
-    inbound = _each(await db.fetch(at_each(INBOUND_PAGES_TEMPLATE, 5), [arxiv_id], [None], [None], [None], at,
+    m = len(kept)
+    ids, at = [pair[0] for pair, _ in kept], [pair[1] for pair, _ in kept]
+    totals = _each(await db.fetch(at_pairs(CITATION_COUNTS_TEMPLATE, 3, repeat=2), ids, ["in", "out"], at, None,
+                                  None), m, lambda rows: totals_from_rows(rows, 2))
+    measured = by_instant(await db.fetch(at_pairs(MEASUREMENTS_TEMPLATE, 2), ids, at), m)
+    measurements = [measurements_from_rows(rows, [a])[0] for rows, a in zip(measured, ids)]
+    inbound = _each(await db.fetch(at_pairs(INBOUND_PAGES_TEMPLATE, 5), ids, [None], [None], [None], at,
                                    caps.inbound, None), m, lambda rows: pages_from_rows(rows, 1)[0])
-    outbound = _each(await db.fetch(at_each(OUTBOUND_PAGES_TEMPLATE, 4), [arxiv_id], [None], [None], at,
+    outbound = _each(await db.fetch(at_pairs(OUTBOUND_PAGES_TEMPLATE, 4), ids, [None], [None], at,
                                     caps.outbound, None, None), m, lambda rows: pages_from_rows(rows, 1)[0])
-    work_ids = list(dict.fromkeys(o.work.work_id for page in inbound + outbound for o in page if o.work is not None))
-    if work_ids:
-        standing = _each(await db.fetch(at_each(STANDING_TEMPLATE, 2), work_ids, at), m,
-                         lambda rows: dict(zip(work_ids, standing_from_rows(rows, work_ids))))
-    else:
-        standing = [{} for _ in at]
+    # Standing per (work, instant) of each pair's pages: one statement over all of them.
+    works_of = [list(dict.fromkeys(o.work.work_id for o in i + o_ if o.work is not None))
+                for i, o_ in zip(inbound, outbound)]
+    flat = [(w, t) for ws, t in zip(works_of, at) for w in ws]
+    standing: list[dict] = [{} for _ in range(m)]
+    if flat:
+        found = by_instant(await db.fetch(at_pairs(STANDING_TEMPLATE, 2, key_type="uuid"), [w for w, _ in flat],
+                                          [t for _, t in flat]), len(flat))
+        place = 0
+        for i, ws in enumerate(works_of):
+            for w in ws:
+                standing[i][w] = standing_from_rows(found[place], [w])[0]
+                place += 1
     built = iter([
         RecordRows(as_of=t, paper=p, counts=Counts(inbound=c[0], outbound=c[1]), inbound=i, outbound=o,
                    measurements=ms, standing=s, caps=caps)
-        for t, p, c, i, o, ms, s in zip(at, [p for p in papers if p is not None], totals, inbound, outbound,
-                                         measurements, standing)
+        for t, p, c, i, o, ms, s in zip(at, [p for _, p in kept], totals, inbound, outbound, measurements, standing)
     ])
     return [next(built) if p is not None else None for p in papers]
 

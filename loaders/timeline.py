@@ -31,7 +31,8 @@ from uuid import UUID
 
 from loaders.base import Db
 
-# $1 the paper: its observations, each side in record order, with when each became visible.
+# $1 the paper: its observations, each side in record order, with when each became visible. Run for many
+# papers at once (OBSERVATIONS_OF_EACH, each row led by p_ord, the paper's place in the array).
 OBSERVATIONS: Final = """
 SELECT * FROM (
     SELECT 'in' AS side, o.observation_id, o.work_id, o.citing_arxiv_id AS other, o.visible_from
@@ -48,17 +49,21 @@ SELECT * FROM (
 ) AS outbound
 """
 
-# $1 the paper, $2 window start (exclusive), $3 window end (inclusive), $4 observation ids, $5 work ids,
-# $6 citing paper ids (inbound), $7 cited paper ids (outbound). FIRST_* rows: when a paper or work got its
-# first snapshot and a work its first receipt, at any time (they decide what can show).
+OBSERVATIONS_OF_EACH: Final = ("SELECT t.p_ord, x.* FROM unnest($1::text[]) WITH ORDINALITY AS t(p_id, p_ord)\n"
+                                f"CROSS JOIN LATERAL ({OBSERVATIONS.replace('$1', 't.p_id')}) AS x")
+
+# $1 the papers, $2 window start (exclusive), $3 window end (inclusive), $4 observation ids, $5 work ids,
+# $6 citing paper ids (inbound), $7 cited paper ids (outbound), each the union over the papers. FIRST_*
+# rows: when a paper or work got its first snapshot and a work its first receipt, at any time (they decide
+# what can show). A paper's own facts carry its arxiv_id.
 # (kind, table, the row's observation / work / paper columns, which rows) of each fact in the window.
 _IN_WINDOW: Final = (
-    ("PAPER_UPDATED", "paper_snapshots", "NULL", "NULL", "NULL", "arxiv_id = $1"),
+    ("PAPER_UPDATED", "paper_snapshots", "NULL", "NULL", "arxiv_id", "arxiv_id = ANY($1::text[])"),
     ("RESOLUTION_CHANGED", "resolutions", "observation_id", "NULL", "NULL", "observation_id = ANY($4::uuid[])"),
     ("WORK_UPDATED", "work_snapshots", "NULL", "work_id", "NULL", "work_id = ANY($5::uuid[])"),
     ("STANDING_EVENT", "work_events", "NULL", "work_id", "NULL", "work_id = ANY($5::uuid[])"),
     ("STANDING_CHECKED", "standing_receipts", "NULL", "work_id", "NULL", "work_id = ANY($5::uuid[])"),
-    ("MEASUREMENT_CHANGED", "external_measurements", "NULL", "NULL", "NULL", "arxiv_id = $1"),
+    ("MEASUREMENT_CHANGED", "external_measurements", "NULL", "NULL", "arxiv_id", "arxiv_id = ANY($1::text[])"),
     ("CITING_PAPER_UPDATED", "paper_snapshots", "NULL", "NULL", "arxiv_id", "arxiv_id = ANY($6::text[])"),
     ("CITED_PAPER_UPDATED", "paper_snapshots", "NULL", "NULL", "arxiv_id", "arxiv_id = ANY($7::text[])"),
 )
@@ -66,7 +71,8 @@ FACTS: Final = "\nUNION ALL\n".join(
     [f"SELECT '{kind}' AS kind, observed_at AS at, {obs}::uuid AS observation_id, {work}::uuid AS work_id, "
      f"{paper}::text AS arxiv_id FROM {table} WHERE {rows} AND observed_at > $2 AND observed_at <= $3"
      for kind, table, obs, work, paper, rows in _IN_WINDOW]
-    + ["SELECT 'FIRST_PAPER', min(observed_at), NULL, NULL, NULL FROM paper_snapshots WHERE arxiv_id = $1",
+    + ["SELECT 'FIRST_PAPER', min(observed_at), NULL, NULL, arxiv_id FROM paper_snapshots "
+       "WHERE arxiv_id = ANY($1::text[]) GROUP BY arxiv_id",
        "SELECT 'FIRST_WORK', min(observed_at), NULL, work_id, NULL FROM work_snapshots "
        "WHERE work_id = ANY($5::uuid[]) GROUP BY work_id",
        "SELECT 'FIRST_RECEIPT', min(observed_at), NULL, work_id, NULL FROM standing_receipts "
@@ -188,17 +194,56 @@ def changes(shown: dict[tuple[str, UUID], Shown], facts: Sequence[Any], low: int
     return [Entry(at, tuple(k for k in KINDS if k in kinds)) for at, kinds in sorted(found.items())]
 
 
-async def timeline(db: Db, arxiv_id: str, low: int, high: int, cap_in: int, cap_out: int) -> list[Entry]:
-    """Every entry with low <= at <= high (Unix seconds), oldest first, in two statements."""
-    if high < low:
-        return []
-    rows = await db.fetch(OBSERVATIONS, arxiv_id)
-    shown = shown_intervals(rows, {"in": cap_in, "out": cap_out})
+OWN: Final = frozenset({"PAPER_UPDATED", "MEASUREMENT_CHANGED", "FIRST_PAPER"})  # a paper's own facts
+OF_WORKS: Final = frozenset({"WORK_UPDATED", "STANDING_EVENT", "STANDING_CHECKED", "FIRST_WORK", "FIRST_RECEIPT"})
+
+
+async def timelines(db: Db, papers: Sequence[str], low: int, high: int, cap_in: int,
+                    cap_out: int) -> list[list[Entry]]:
+    """Each paper's entries with low <= at <= high (Unix seconds), oldest first: two statements for any
+    number of papers (their observations, then every fact in the window), each fact then given to the
+    papers it concerns."""
+    if high < low or not papers:
+        return [[] for _ in papers]
+    rows = await db.fetch(OBSERVATIONS_OF_EACH, list(papers))
+    each: list[list[Any]] = [[] for _ in papers]
+    for row in rows:
+        each[row["p_ord"] - 1].append(row)
     ids = [r["observation_id"] for r in rows]
     works = list({r["work_id"] for r in rows if r["work_id"] is not None})
     citing = list({r["other"] for r in rows if r["side"] == "in"})
     cited = list({r["other"] for r in rows if r["side"] == "out" and r["other"] is not None})
     # A fact at t shows at ceil(t): those showing in [low, high] have low - 1 < t <= high.
-    facts = await db.fetch(FACTS, arxiv_id, instant(low - 1), instant(high), ids, works, citing, cited)
-    return changes(shown, facts, low, high)
+    facts = await db.fetch(FACTS, list(papers), instant(low - 1), instant(high), ids, works, citing, cited)
+    own: dict[str, list[Any]] = defaultdict(list)
+    by_observation: dict[UUID, list[Any]] = defaultdict(list)
+    by_work: dict[UUID, list[Any]] = defaultdict(list)
+    by_paper: dict[tuple[str, str], list[Any]] = defaultdict(list)
+    for f in facts:
+        kind = f["kind"]
+        if kind in OWN:
+            own[f["arxiv_id"]].append(f)
+        elif kind == "RESOLUTION_CHANGED":
+            by_observation[f["observation_id"]].append(f)
+        elif kind in OF_WORKS:
+            by_work[f["work_id"]].append(f)
+        else:  # CITING_PAPER_UPDATED, CITED_PAPER_UPDATED
+            by_paper[(kind, f["arxiv_id"])].append(f)
+    found = []
+    for paper, mine in zip(papers, each):
+        shown = shown_intervals(mine, {"in": cap_in, "out": cap_out})
+        relevant = list(own.get(paper, ()))
+        for r in mine:
+            relevant += by_observation.get(r["observation_id"], ())
+        for work in {r["work_id"] for r in mine if r["work_id"] is not None}:
+            relevant += by_work.get(work, ())
+        for kind, side in (("CITING_PAPER_UPDATED", "in"), ("CITED_PAPER_UPDATED", "out")):
+            for other in {r["other"] for r in mine if r["side"] == side and r["other"] is not None}:
+                relevant += by_paper.get((kind, other), ())
+        found.append(changes(shown, relevant, low, high))
+    return found
 
+
+async def timeline(db: Db, arxiv_id: str, low: int, high: int, cap_in: int, cap_out: int) -> list[Entry]:
+    """One paper's entries with low <= at <= high (Unix seconds), oldest first, in two statements."""
+    return (await timelines(db, [arxiv_id], low, high, cap_in, cap_out))[0]

@@ -6,7 +6,10 @@ from dataclasses import dataclass
 from typing import Sequence
 from uuid import UUID
 
+from loaders.base import charge
 from loaders.dataloaders import Loaders, PageRequest
+
+HOP_UNITS = 250  # a hop's batched statement over a frontier (bench/calibrate.py)
 from loaders.rows import Observation, PaperSnapshot
 
 
@@ -31,6 +34,7 @@ async def walk(loaders: Loaders, root: str, directions: Sequence[str], depth: in
         for d in directions:
             loader = loaders.inbound if d == "in" else loaders.outbound
             pages = await loader.load_many([PageRequest(a, None, per_paper + 1) for a in frontier])
+            charge(loaders.db, HOP_UNITS)
             for page in pages:
                 found.truncated |= len(page) > per_paper
                 for o in page[:per_paper]:

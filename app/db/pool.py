@@ -85,9 +85,14 @@ class Session:
         self._closed = False
         self._working: set[asyncio.Task] = set()
         self.statements = 0
+        self.rows = 0  # rows the statements returned, plus work charged (app.cost.actual_units)
         # Set before execution when the query is known to need one statement: it then runs on its own
         # (a statement reads one snapshot by itself), saving BEGIN and ROLLBACK round trips.
         self.single_statement = False
+
+    def charge(self, units: int) -> None:
+        """Work done in Python beyond the rows (a record built, observations scanned), in work units."""
+        self.rows += units
 
     @classmethod
     def from_pool(cls, pool: asyncpg.Pool, timeout: float = 5.0) -> "Session":
@@ -129,7 +134,9 @@ class Session:
                     # Planned as one statement, asked for a second: that would read another snapshot.
                     raise RuntimeError("a query planned as one statement asked for a second one")
                 self.statements += 1
-                return await self._conn.fetch(sql, *args)
+                rows = await self._conn.fetch(sql, *args)
+                self.rows += len(rows)
+                return rows
         finally:
             if task is not None:
                 self._working.discard(task)

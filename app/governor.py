@@ -1,0 +1,375 @@
+"""Who is asking, and may they: clients, API keys, budgets (points per hour) and heavy-work slots.
+
+- A client is its API key (`Authorization: Bearer <secret>`; on WebSockets also the `connection_init`
+  payload's `authorization`) or else its IP address. The peer's address is used unless it is one of
+  PITH_TRUSTED_PROXIES (addresses or networks), in which case the nearest untrusted address of
+  `Forwarded` (RFC 7239) or `X-Forwarded-For` counts.
+- Budgets follow GitHub's model: an operation is charged its price in points (app.cost.Price.points)
+  before it runs; one that would pass the budget of the current clock hour does not run (429,
+  RATE_LIMITED, Retry-After). After it ran, the difference between its price and the work it did is
+  given back (Shopify's requested/actual cost).
+- Budgets hold across processes and servers sharing the database without a write per request: a
+  process claims a chunk of a client's hour (a twentieth of the budget, or what the operation needs)
+  with one statement and spends it locally. Claims never pass the budget, so all processes together
+  never admit more than it (no over-admission); what a process claimed and has not spent is unusable
+  by the others until the hour ends (at most one chunk per process and client).
+- Heavy operations (priced above HEAVY_COST) take a slot: at most HEAVY_PER_CLIENT per client and
+  `heavy_slots` per process run at once, the rest wait their turn (within their deadline), so cheap
+  lookups keep connections and the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import ipaddress
+import logging
+import secrets
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Callable, Iterable
+from uuid import UUID, uuid4
+
+import asyncpg
+
+from app.limits import HEAVY_COST, HEAVY_PER_CLIENT
+
+log = logging.getLogger("pith.governor")
+
+KEY_PREFIX = "pith_"
+KEY_CACHE_SECONDS = 30.0  # a revoked key stops working within this on a server that has seen it
+UNKNOWN_KEY_CACHE_SECONDS = 5.0
+CHUNK_FRACTION = 20  # a claim takes at least 1/20 of the hour's budget
+WINDOW_SECONDS = 3600
+
+
+class Unauthenticated(Exception):
+    """An Authorization header or payload naming no valid key (401, UNAUTHENTICATED)."""
+
+
+class RateLimited(Exception):
+    def __init__(self, status: "BudgetStatus", cost: int) -> None:
+        super().__init__(f"this operation costs {cost} points and {status.remaining} of the {status.limit} points "
+                         f"per hour remain; the budget resets at {status.reset_text} (in {status.retry_after} s). "
+                         "Ask for less (smaller first, fewer ids) or wait")
+        self.status, self.cost = status, cost
+
+
+@dataclass(frozen=True)
+class Client:
+    id: str  # "key:<uuid>" or "ip:<address>"
+    address: str
+    key_name: str | None = None
+    points_per_hour: int | None = None  # None: no budget
+
+    @property
+    def label(self) -> str:
+        return self.key_name or self.address
+
+
+@dataclass(frozen=True)
+class BudgetStatus:
+    limit: int
+    used: int
+    remaining: int
+    reset_at: datetime
+
+    @property
+    def retry_after(self) -> int:
+        return max(1, int(self.reset_at.timestamp() - time.time()) + 1)
+
+    @property
+    def reset_text(self) -> str:
+        return self.reset_at.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def hash_secret(secret: str) -> bytes:
+    return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).digest()
+
+
+def new_secret() -> str:
+    return KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+# --- keys (the command line writes them; servers read them) ----------------------------------------
+
+async def create_key(conn: asyncpg.Connection, name: str, points_per_hour: int) -> tuple[UUID, str]:
+    if not 1 <= len(name) <= 100:
+        raise ValueError("--name: give 1 to 100 characters")
+    if points_per_hour < 1:
+        raise ValueError("--points-per-hour: give a positive number")
+    secret = new_secret()
+    key_id = uuid4()
+    try:
+        await conn.execute("INSERT INTO api_keys (key_id, name, secret_sha256, points_per_hour) VALUES ($1, $2, $3, $4)",
+                           key_id, name, hash_secret(secret), points_per_hour)
+    except asyncpg.UniqueViolationError:
+        raise ValueError(f"--name: a key named {name!r} exists already (names stay taken after a revocation: choose another)") from None
+    return key_id, secret
+
+
+async def list_keys(conn: asyncpg.Connection) -> list[asyncpg.Record]:
+    return await conn.fetch("SELECT key_id, name, points_per_hour, created_at, revoked_at FROM api_keys ORDER BY name")
+
+
+async def revoke_key(conn: asyncpg.Connection, name: str) -> bool:
+    status = await conn.execute("UPDATE api_keys SET revoked_at = now() WHERE name = $1 AND revoked_at IS NULL", name)
+    return status.endswith(" 1")
+
+
+# --- who is asking ------------------------------------------------------------------------------
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def parse_networks(values: Iterable[str]) -> tuple[Network, ...]:
+    networks = []
+    for value in values:
+        try:
+            networks.append(ipaddress.ip_network(value, strict=False))
+        except ValueError:
+            raise ValueError(f"PITH_TRUSTED_PROXIES: {value!r} is not an IP address or network") from None
+    return tuple(networks)
+
+
+def _address(text: str) -> str | None:
+    text = text.strip().strip('"')
+    if text.startswith("["):  # [v6]:port
+        text = text[1:].split("]", 1)[0]
+    elif text.count(":") == 1:  # v4:port
+        text = text.split(":", 1)[0]
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        return None
+
+
+def forwarded_chain(headers: dict[bytes, bytes]) -> list[str]:
+    """The addresses a request passed through, nearest last: RFC 7239 Forwarded, else X-Forwarded-For."""
+    forwarded = headers.get(b"forwarded")
+    hops: list[str] = []
+    if forwarded is not None:
+        for element in forwarded.decode("latin-1").split(","):
+            for pair in element.split(";"):
+                name, _, value = pair.partition("=")
+                if name.strip().lower() == "for":
+                    hops.append(value)
+    else:
+        xff = headers.get(b"x-forwarded-for")
+        if xff is not None:
+            hops = xff.decode("latin-1").split(",")
+    return [a for a in (_address(h) for h in hops)]  # type: ignore[misc]
+
+
+def client_address(peer: str | None, headers: dict[bytes, bytes], trusted: tuple[Network, ...]) -> str:
+    """The client's address: the peer, or past trusted proxies the nearest address they were given."""
+    address = peer or "unknown"
+
+    def is_trusted(value: str) -> bool:
+        try:
+            ip = ipaddress.ip_address(value)
+        except ValueError:
+            return False
+        return any(ip in n for n in trusted)
+
+    if not trusted or not is_trusted(address):
+        return address
+    for hop in reversed(forwarded_chain(headers)):
+        if hop is None:
+            return address  # a hop we cannot read: stop at the last proxy we trust
+        if not is_trusted(hop):
+            return hop
+        address = hop
+    return address
+
+
+def bearer(value: str | None) -> str | None:
+    """The secret of `Bearer <secret>`; Unauthenticated for any other non-empty value."""
+    if value is None or not value.strip():
+        return None
+    scheme, _, secret = value.strip().partition(" ")
+    if scheme.lower() != "bearer" or not secret.strip():
+        raise Unauthenticated("Authorization: expected `Bearer <API key>`")
+    return secret.strip()
+
+
+# --- budgets ------------------------------------------------------------------------------------
+
+@dataclass
+class Lease:
+    window: int
+    limit: int
+    claimed: int = 0  # granted to this process
+    spent: int = 0  # spent by this process
+    total: int = 0  # claimed by every process, as of this process's last claim
+
+
+class Budgets:
+    def __init__(self, pool: Callable[[], asyncpg.Pool | None]) -> None:
+        self._pool = pool
+        self._leases: dict[str, Lease] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    @staticmethod
+    def window(now: float | None = None) -> int:
+        return int((time.time() if now is None else now) // WINDOW_SECONDS)
+
+    def _lease(self, client: Client, now: float | None = None) -> Lease:
+        window = self.window(now)
+        lease = self._leases.get(client.id)
+        if lease is None or lease.window != window:
+            if len(self._leases) > 100_000:
+                self._leases = {k: v for k, v in self._leases.items() if v.window == window}
+            lease = self._leases[client.id] = Lease(window, client.points_per_hour or 0)
+        lease.limit = client.points_per_hour or 0
+        return lease
+
+    def status(self, client: Client) -> BudgetStatus | None:
+        if client.points_per_hour is None:
+            return None
+        lease = self._lease(client)
+        used = max(lease.total - (lease.claimed - lease.spent), lease.spent)
+        reset = datetime.fromtimestamp((lease.window + 1) * WINDOW_SECONDS, timezone.utc)
+        return BudgetStatus(limit=lease.limit, used=used, remaining=max(0, lease.limit - used), reset_at=reset)
+
+    async def charge(self, client: Client, points: int) -> None:
+        """Spend `points` of the client's hour, claiming more from the database when the lease runs out."""
+        if client.points_per_hour is None:
+            return
+        lease = self._lease(client)
+        if lease.spent + points <= lease.claimed:
+            lease.spent += points
+            return
+        lock = self._locks.setdefault(client.id, asyncio.Lock())
+        async with lock:
+            lease = self._lease(client)
+            need = lease.spent + points - lease.claimed
+            if need > 0:
+                chunk = max(need, -(-lease.limit // CHUNK_FRACTION))
+                granted, total = await self._claim(client.id, lease.window, chunk, lease.limit)
+                lease.claimed += granted
+                lease.total = total
+            if lease.spent + points > lease.claimed:
+                raise RateLimited(self.status(client), points)  # type: ignore[arg-type]
+            lease.spent += points
+        if len(self._locks) > 10_000:
+            self._locks = {k: v for k, v in self._locks.items() if v.locked()}
+
+    def refund(self, client: Client, points: int) -> None:
+        if client.points_per_hour is None or points <= 0:
+            return
+        lease = self._lease(client)
+        lease.spent = max(0, lease.spent - points)
+
+    async def _claim(self, client_id: str, window: int, wanted: int, limit: int) -> tuple[int, int]:
+        pool = self._pool()
+        if pool is None:
+            raise ConnectionError("the database pool is not open")
+        start = datetime.fromtimestamp(window * WINDOW_SECONDS, timezone.utc)
+        async with pool.acquire(timeout=5) as conn:
+            row = await conn.fetchrow("SELECT granted, claimed FROM pith_claim_points($1, $2, $3, $4)",
+                                      client_id, start, wanted, limit)
+        return int(row["granted"]), int(row["claimed"])
+
+
+# --- the governor: identify, admit, settle ------------------------------------------------------
+
+@dataclass
+class Ticket:
+    """An admitted operation: what it was charged, and the slots it holds until it is settled."""
+
+    client: Client
+    points: int
+    held: list[asyncio.Semaphore] = field(default_factory=list)
+    settled: bool = False
+
+
+class Governor:
+    def __init__(self, pool: Callable[[], asyncpg.Pool | None], *, anonymous_points_per_hour: int | None,
+                 trusted_proxies: tuple[Network, ...] = (), heavy_slots: int = 2) -> None:
+        self.pool = pool
+        self.anonymous_points_per_hour = anonymous_points_per_hour or None
+        self.trusted = trusted_proxies
+        self.budgets = Budgets(pool)
+        self.heavy = asyncio.Semaphore(max(1, heavy_slots))
+        self._per_client: dict[str, asyncio.Semaphore] = {}
+        self._keys: dict[bytes, tuple[float, asyncpg.Record | None]] = {}
+        self.rate_limited = 0  # operations refused for budget (tests and /readyz read it)
+
+    async def identify(self, peer: str | None, headers: dict[bytes, bytes], authorization: str | None = None) -> Client:
+        """The client of a request; Unauthenticated when it names a key that is unknown or revoked."""
+        address = client_address(peer, headers, self.trusted)
+        if authorization is None:
+            raw = headers.get(b"authorization")
+            authorization = raw.decode("latin-1") if raw is not None else None
+        secret = bearer(authorization)
+        if secret is None:
+            return Client(id=f"ip:{address}", address=address, points_per_hour=self.anonymous_points_per_hour)
+        key = await self._key(hash_secret(secret))
+        if key is None:
+            raise Unauthenticated("the API key is unknown or revoked; create one with `pith-graph keys create`")
+        return Client(id=f"key:{key['key_id']}", address=address, key_name=key["name"],
+                      points_per_hour=key["points_per_hour"])
+
+    async def _key(self, digest: bytes) -> asyncpg.Record | None:
+        now = time.monotonic()
+        found = self._keys.get(digest)
+        if found is not None and found[0] > now:
+            return found[1]
+        pool = self.pool()
+        if pool is None:
+            raise ConnectionError("the database pool is not open")
+        async with pool.acquire(timeout=5) as conn:
+            row = await conn.fetchrow("SELECT key_id, name, points_per_hour FROM api_keys "
+                                      "WHERE secret_sha256 = $1 AND revoked_at IS NULL", digest)
+        if len(self._keys) > 10_000:
+            self._keys.clear()
+        self._keys[digest] = (now + (KEY_CACHE_SECONDS if row is not None else UNKNOWN_KEY_CACHE_SECONDS), row)
+        return row
+
+    async def admit(self, client: Client, points: int, units: int) -> Ticket:
+        """Charge the budget, then (for heavy work) wait for a slot; RateLimited when over budget."""
+        try:
+            await self.budgets.charge(client, points)
+        except RateLimited:
+            self.rate_limited += 1
+            raise
+        ticket = Ticket(client, points)
+        if units > HEAVY_COST:
+            mine = self._per_client.get(client.id)
+            if mine is None:
+                if len(self._per_client) > 10_000:
+                    self._per_client = {k: s for k, s in self._per_client.items() if s.locked()}
+                mine = self._per_client[client.id] = asyncio.Semaphore(HEAVY_PER_CLIENT)
+            try:
+                for semaphore in (mine, self.heavy):
+                    await semaphore.acquire()
+                    ticket.held.append(semaphore)
+            except BaseException:
+                self.settle(ticket, None)
+                raise
+        return ticket
+
+    def settle(self, ticket: Ticket, actual_points: int | None) -> None:
+        """Release the slots and give back what the operation was charged beyond what it did."""
+        if ticket.settled:
+            return
+        ticket.settled = True
+        for semaphore in reversed(ticket.held):
+            semaphore.release()
+        ticket.held.clear()
+        if actual_points is not None and actual_points < ticket.points:
+            self.budgets.refund(ticket.client, ticket.points - actual_points)
+
+    def status(self, client: Client | None) -> BudgetStatus | None:
+        return self.budgets.status(client) if client is not None else None
+
+
+def rate_limit_headers(status: BudgetStatus | None) -> list[tuple[bytes, bytes]]:
+    """The IETF RateLimit fields (draft-ietf-httpapi-ratelimit-headers): the policy and what is left."""
+    if status is None:
+        return []
+    reset = max(0, int(status.reset_at.timestamp() - time.time()))
+    return [(b"ratelimit-policy", f'"points";q={status.limit};w={WINDOW_SECONDS}'.encode()),
+            (b"ratelimit", f'"points";r={status.remaining};t={reset}'.encode())]

@@ -1,0 +1,226 @@
+"""The stages every GraphQL operation shares, whatever carries it (HTTP, WebSocket, SSE, multipart, the
+prepared path): admission and settlement against the client's budget, the deadline, the one error
+masking policy, the cost report, and the HTTP status an outcome gets. RequestPipeline (below) calls
+them from Strawberry's hooks; the transports call them for what happens around an operation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import asyncpg
+from graphql import GraphQLError
+from strawberry.extensions import MaskErrors
+
+from strawberry.extensions import SchemaExtension
+from strawberry.types import ExecutionResult
+
+from app.cost import DataScale, Price, _parsed, _plan, _validated, actual_units, operation_price, refusal
+from app.governor import RateLimited, Ticket
+from app.limits import MAX_COST, MAX_NODES, RETRY_AFTER_SECONDS
+from app.errors import OperationError, deadline_error
+from app.logs import request_id
+
+log = logging.getLogger("pith.graphql")
+
+
+
+def rate_limited_error(exc: RateLimited) -> OperationError:
+    s = exc.status
+    return OperationError(str(exc), "RATE_LIMITED", cost=exc.cost, limit=s.limit, remaining=s.remaining,
+                          resetAt=s.reset_text, retryAfter=s.retry_after)
+
+
+async def admit(context: Any, price: Price) -> tuple[Ticket | None, GraphQLError | None]:
+    """Admit an operation of this price for the context's client: (ticket, None), or (None, the refusal)."""
+    governor = getattr(context, "governor", None)
+    client = getattr(context, "client", None)
+    if governor is None or client is None:
+        return None, None  # in-process execution (tests, the command line): priced, not governed
+    remaining = context.remaining()
+    try:
+        async with asyncio.timeout(remaining):
+            ticket = await governor.admit(client, price.points, price.units)
+    except RateLimited as exc:
+        return None, rate_limited_error(exc)
+    except TimeoutError:
+        return None, deadline_error(context.deadline_seconds)
+    context.ticket = ticket
+    return ticket, None
+
+
+def settle(governor: Any, ticket: Ticket, actual_units: int) -> None:
+    """Release the ticket's slots and give back what was charged beyond the work done."""
+    if governor is not None:
+        governor.settle(ticket, Price(0, actual_units).points)
+
+
+def cost_extension(price: Price | None, actual: int | None, session: Any) -> dict[str, Any]:
+    """extensions.cost: the list nodes (GitHub's limit), the work units priced and done, the statements sent."""
+    return {"nodes": price.nodes if price is not None else None, "limit": MAX_NODES,
+            "statements": getattr(session, "statements", None),
+            "requested": price.units if price is not None else None, "actual": actual, "maxRequested": MAX_COST,
+            "points": price.points if price is not None else None}
+
+
+# --- errors: one masking policy for every transport -------------------------------------------------
+
+# Failures that mean the database is unreachable right now, not that the request is wrong.
+UNAVAILABLE = (
+    OSError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.ConnectionDoesNotExistError,
+    asyncpg.InterfaceError,
+    asyncpg.AdminShutdownError,
+    asyncpg.TooManyConnectionsError,
+    asyncpg.PostgresConnectionError,
+    TimeoutError,
+)
+
+
+def masked(error: GraphQLError, statement_timeout_ms: int) -> GraphQLError:
+    """The error as clients see it: the service's own errors as they are (with a code and the request id),
+    anything unexpected replaced by a message naming the request id (the original is logged once, by
+    the schema's process_errors)."""
+    original = error.original_error
+    rid = request_id.get()
+    if original is not None and not isinstance(original, GraphQLError):
+        if isinstance(original, asyncpg.QueryCanceledError):
+            message = (f"the query ran longer than the {statement_timeout_ms} ms statement timeout; ask for less "
+                       "(smaller first, perPaper or depth) or retry")
+            code = "SERVICE_UNAVAILABLE"
+        elif isinstance(original, UNAVAILABLE):
+            message, code = "the database is unavailable; retry shortly", "SERVICE_UNAVAILABLE"
+        else:
+            message, code = f"internal error (request id {rid})", "INTERNAL_SERVER_ERROR"
+        return GraphQLError(message, nodes=error.nodes, source=error.source, positions=error.positions,
+                            path=error.path, extensions={"code": code, "requestId": rid})
+    extensions = dict(error.extensions or {})
+    if "code" not in extensions:
+        if error.path is None:
+            from graphql import GraphQLSyntaxError
+
+            extensions["code"] = ("GRAPHQL_PARSE_FAILED" if isinstance(error, GraphQLSyntaxError)
+                                  else "BAD_USER_INPUT" if error.message.startswith("Variable '$")
+                                  else "GRAPHQL_VALIDATION_FAILED")
+        else:
+            extensions["code"] = "BAD_REQUEST"
+    extensions["requestId"] = rid
+    if extensions == error.extensions:
+        return error
+    return GraphQLError(error.message, nodes=error.nodes, source=error.source, positions=error.positions,
+                        path=error.path, original_error=error.original_error, extensions=extensions)
+
+
+class MaskingPolicy(MaskErrors):
+    """Strawberry's MaskErrors with our policy: applied to every result of every transport (streams too)."""
+
+    def __init__(self, statement_timeout_ms: int = 10_000) -> None:
+        super().__init__()
+        self.statement_timeout_ms = statement_timeout_ms
+
+    def _process_errors(self, errors: list[GraphQLError]) -> list[GraphQLError]:
+        return [masked(e, self.statement_timeout_ms) for e in errors]
+
+
+def error_codes(errors: list[dict[str, Any]]) -> set[str]:
+    return {e.get("extensions", {}).get("code") for e in errors}
+
+
+# HTTP status by what stopped an operation, whatever the media type (the outcome is the server's, not a
+# GraphQL result): the first that applies.
+STATUS_BY_CODE = (("UNAUTHENTICATED", 401), ("RATE_LIMITED", 429), ("SERVICE_UNAVAILABLE", 503), ("TIMEOUT", 504))
+
+
+def outcome_status(errors: list[dict[str, Any]]) -> int | None:
+    codes = error_codes(errors)
+    return next((status for code, status in STATUS_BY_CODE if code in codes), None)
+
+
+def retry_after(errors: list[dict[str, Any]]) -> str | None:
+    for e in errors:
+        extensions = e.get("extensions", {})
+        if extensions.get("code") == "RATE_LIMITED":
+            return str(extensions.get("retryAfter", RETRY_AFTER_SECONDS))
+        if extensions.get("code") == "SERVICE_UNAVAILABLE":
+            return RETRY_AFTER_SECONDS
+    return None
+
+
+class RequestPipeline(SchemaExtension):
+    """Every stage an operation goes through, for every transport (HTTP, WebSocket, SSE, multipart):
+
+    parse (cached, token limit), validate (cached; depth and aliases as rules built once), price (list
+    nodes and work units from the coerced arguments), refuse what is over a limit (QUERY_TOO_COSTLY),
+    admit (the client's budget, and a heavy-work slot; app.governor), execute, then account: the work
+    actually done (rows read and objects returned) settles the charge and is reported in
+    `extensions.cost`. The deadline wraps the whole operation in the transport (app.pipeline.deadline).
+    """
+
+    def __init__(self, *, execution_context: Any = None, rules: tuple = (), max_tokens: int = 5_000,
+                 scale: DataScale | None = None) -> None:
+        self.rules = rules
+        self.max_tokens = max_tokens
+        self.scale = scale or DataScale()
+        self.price: Price | None = None
+        self.actual: int | None = None
+
+    def on_operation(self):  # type: ignore[override]
+        ctx = self.execution_context
+        ctx.parse_options["max_tokens"] = self.max_tokens
+        ctx.validation_rules = ctx.validation_rules + self.rules
+        if getattr(ctx.context, "deadline_each_operation", False):
+            ctx.context.restart_deadline()
+        yield
+
+    def on_parse(self):  # type: ignore[override]
+        ctx = self.execution_context
+        if ctx.graphql_document is None and ctx.query:
+            ctx.graphql_document = _parsed(ctx.query, self.max_tokens)
+        yield
+
+    def on_validate(self):  # type: ignore[override]
+        ctx = self.execution_context
+        if ctx.pre_execution_errors is None and ctx.graphql_document is not None:
+            ctx.pre_execution_errors = _validated(ctx.schema._schema, ctx.graphql_document, ctx.validation_rules)
+        yield
+
+    async def on_execute(self):  # type: ignore[override]
+        ctx = self.execution_context
+        error: GraphQLError | None = None
+        document = ctx.graphql_document
+        context = ctx.context
+        ticket = None
+        if document is not None:
+            compiled = getattr(ctx.schema.execution_context_class, "compiled", False)
+            try:
+                self.price = operation_price(ctx.schema._schema, document, ctx.operation_name, ctx.variables,
+                                             self.scale, compiled)
+            except GraphQLError as exc:
+                error = exc
+            else:
+                error = refusal(self.price)
+            if error is None:
+                ticket, error = await admit(context, self.price)
+            if error is None:
+                session = getattr(context, "session", None)
+                if session is not None and session.statements == 0:
+                    single, _ = _plan(ctx.schema._schema, document, ctx.operation_name, compiled)
+                    session.single_statement = single
+        if error is not None:
+            ctx.result = ExecutionResult(data=None, errors=[error])
+        try:
+            yield
+        finally:
+            if error is None:
+                session = getattr(context, "session", None)
+                self.actual = actual_units(getattr(ctx.result, "data", None), getattr(session, "rows", 0),
+                                           getattr(session, "statements", 0))
+            if ticket is not None:
+                settle(getattr(context, "governor", None), ticket, self.actual or 0)
+
+    def get_results(self) -> dict[str, Any]:
+        context = self.execution_context.context
+        return {"cost": cost_extension(self.price, self.actual, getattr(context, "session", None))}

@@ -1,0 +1,76 @@
+"""uvicorn's httptools protocol with a bound on the request line and headers.
+
+httptools reads headers of any size: a client sending a 100 MB header kept the event loop parsing for
+seconds. Past MAX_HEADER_BYTES (the request line and every header, as parsed) the request is answered
+431 Request Header Fields Too Large and the connection closed, without reading the rest.
+"""
+
+from __future__ import annotations
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from app.limits import MAX_HEADER_BYTES
+
+
+class HeadersTooLarge(Exception):
+    pass
+
+
+class BoundedHttpToolsProtocol(HttpToolsProtocol):
+    limit = MAX_HEADER_BYTES
+
+    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        self._head = 0  # bytes of the request line and headers parsed so far
+        self._raw = 0  # bytes received while the head was still incomplete
+        self._in_head = True
+        self._too_large = False
+
+    def _count(self, n: int) -> None:
+        self._head += n
+        if self._head > self.limit:
+            self._too_large = True
+            raise HeadersTooLarge  # httptools stops parsing; data_received answers (send_400_response)
+
+    def on_message_begin(self) -> None:
+        self._head = 0
+        super().on_message_begin()
+
+    def on_url(self, url: bytes) -> None:
+        self._count(len(url) + 16)  # the method, the version and the line's end
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count(len(name) + len(value) + 4)
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self._in_head, self._raw = False, 0
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._in_head, self._raw = True, 0  # what follows on this connection is the next request's head
+        super().on_message_complete()
+
+    def data_received(self, data: bytes) -> None:
+        if self._too_large:
+            return  # answered and closing: read nothing more
+        super().data_received(data)
+        # A header line that never ends is never handed to on_header: count what arrives in the head.
+        if self._in_head and not self._too_large:
+            self._raw += len(data)
+            if self._raw > self.limit:
+                self._too_large = True
+                self.send_400_response("")
+
+    def send_400_response(self, msg: str) -> None:
+        if not self._too_large:
+            super().send_400_response(msg)
+            return
+        body = (f'{{"errors":[{{"message":"the request line and headers are larger than {self.limit} bytes",'
+                f'"extensions":{{"code":"REQUEST_HEADER_FIELDS_TOO_LARGE"}}}}]}}').encode()
+        self.logger.warning("refused a request whose headers are larger than %d bytes", self.limit)
+        self.transport.write(b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+                             b"content-type: application/json; charset=utf-8\r\n"
+                             b"content-length: " + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n" + body)
+        self.transport.close()
