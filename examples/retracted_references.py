@@ -4,9 +4,11 @@
         2402.15627 2502.03885 > retracted.csv
     python examples/retracted_references.py --from ... --to ... --ids-file corpus.txt
 
-One recordDiff per paper (25 papers per request): the typed changes between the two instants include
+One recordDiff per paper, several papers per request (fewer when the server prices a request over its
+limit), asking for the STANDING_EVENT changes alone: the typed changes between the two instants include
 every standing event on a work the paper cites, so a retraction is found even when the paper's record
-shows only its first 100 references. Standard library only. CSV on standard output, one row per
+shows only its first 100 references. A paper with more standing events than one page holds is asked
+again alone with the largest page. Standard library only. CSV on standard output, one row per
 retracted reference.
 """
 
@@ -16,11 +18,13 @@ import argparse
 import csv
 import sys
 
-from graphql_client import query
+from graphql_client import TooCostly, query
 
 BATCH = 25
-FIELDS = """recordDiff(arxivId: "{id}", from: $from, to: $to) {{
-  changes {{ kind observedAt event {{ eventType source noticeDoi }}
+PAGE = 100  # standing events per paper in a batch; a paper with more is asked again alone
+MAX_PAGE = 10_000
+FIELDS = """recordDiff(arxivId: "{id}", from: $from, to: $to, kinds: [STANDING_EVENT], maxChanges: {most}) {{
+  changesTruncated changes {{ kind observedAt event {{ eventType source noticeDoi }}
     observation {{ observationId referenceIndex citingPaper {{ arxivId }}
                    citedWork {{ doi title }} }} }} }}"""
 COLUMNS = ["arxiv_id", "reference_index", "cited_doi", "cited_title", "event", "event_source", "notice_doi",
@@ -44,14 +48,27 @@ def main(argv: list[str] | None = None) -> int:
 
     writer = csv.writer(sys.stdout, lineterminator="\n")
     writer.writerow(COLUMNS)
-    found = 0
-    for start in range(0, len(ids), BATCH):
-        batch = ids[start:start + BATCH]
-        fields = "\n".join(f"p{n}: " + FIELDS.format(id=arxiv_id.replace('"', "")) for n, arxiv_id in enumerate(batch))
-        data = query(args.url, f"query($from: DateTime!, $to: DateTime!) {{ {fields} }}",
-                     {"from": args.start, "to": args.end})
-        for n, arxiv_id in enumerate(batch):
-            diff = data[f"p{n}"]
+    variables = {"from": args.start, "to": args.end}
+
+    def diffs(batch: list[str], most: int) -> dict[str, dict]:
+        fields = "\n".join(f"p{n}: " + FIELDS.format(id=arxiv_id.replace('"', ""), most=most)
+                           for n, arxiv_id in enumerate(batch))
+        data = query(args.url, f"query($from: DateTime!, $to: DateTime!) {{ {fields} }}", variables)
+        return {arxiv_id: data[f"p{n}"] for n, arxiv_id in enumerate(batch)}
+
+    found, start, size = 0, 0, BATCH
+    while start < len(ids):
+        batch = ids[start:start + size]
+        try:
+            got = diffs(batch, PAGE)
+        except TooCostly:
+            if size == 1:
+                raise SystemExit(f"error: the server prices even one diff of {batch[0]} over its limit")
+            size = max(1, size // 2)  # the server says how much it takes at once: ask for less
+            continue
+        for arxiv_id, diff in got.items():
+            if diff is not None and diff["changesTruncated"]:
+                diff = diffs([arxiv_id], MAX_PAGE)[arxiv_id]  # more standing events than a page: the largest page
             for change in (diff or {}).get("changes", []):
                 event, obs = change["event"], change["observation"]
                 if change["kind"] != "STANDING_EVENT" or event["eventType"] not in ("RETRACTION", "WITHDRAWAL"):
@@ -62,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
                                  event["eventType"].lower(), event["source"], event["noticeDoi"],
                                  change["observedAt"], obs["observationId"]])
                 found += 1
+        start += len(batch)
     print(f"{found} retracted or withdrawn references among {len(ids)} papers", file=sys.stderr)
     return 0
 

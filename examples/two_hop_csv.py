@@ -40,7 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("arxiv_id")
     parser.add_argument("--url", default="http://127.0.0.1:8000/graphql")
     parser.add_argument("--as-of", help="UTC instant, e.g. 2026-08-09T12:00:00Z (default: now)")
-    parser.add_argument("--per-paper", type=int, default=100, help="edges followed per paper (1 to 100)")
+    parser.add_argument("--per-paper", type=int, default=50, help=(
+        "edges followed per paper (1 to 100; past about 60 a two-hop walk with these fields is priced over the "
+        "per-operation limit)"))
     args = parser.parse_args(argv)
 
     hood = query(args.url, QUERY, {"id": args.arxiv_id, "perPaper": args.per_paper,
