@@ -33,7 +33,7 @@ from uuid import UUID, uuid4
 
 import asyncpg
 
-from app.limits import HEAVY_COST, HEAVY_PER_CLIENT
+from app.limits import HEAVY_COST, HEAVY_PER_CLIENT, HEAVY_SLOTS
 
 log = logging.getLogger("pith.governor")
 
@@ -287,7 +287,7 @@ class Ticket:
 
 class Governor:
     def __init__(self, pool: Callable[[], asyncpg.Pool | None], *, anonymous_points_per_hour: int | None,
-                 trusted_proxies: tuple[Network, ...] = (), heavy_slots: int = 2) -> None:
+                 trusted_proxies: tuple[Network, ...] = (), heavy_slots: int = HEAVY_SLOTS) -> None:
         self.pool = pool
         self.anonymous_points_per_hour = anonymous_points_per_hour or None
         self.trusted = trusted_proxies
@@ -295,17 +295,28 @@ class Governor:
         self.heavy = asyncio.Semaphore(max(1, heavy_slots))
         self._per_client: dict[str, asyncio.Semaphore] = {}
         self._keys: dict[bytes, tuple[float, asyncpg.Record | None]] = {}
+        self._anonymous: dict[str, Client] = {}
         self.rate_limited = 0  # operations refused for budget (tests and /readyz read it)
+
+    def anonymous(self, address: str) -> Client:
+        """The client an address is (one object per address, reused)."""
+        found = self._anonymous.get(address)
+        if found is None:
+            if len(self._anonymous) > 100_000:
+                self._anonymous.clear()
+            found = self._anonymous[address] = Client(id=f"ip:{address}", address=address,
+                                                      points_per_hour=self.anonymous_points_per_hour)
+        return found
 
     async def identify(self, peer: str | None, headers: dict[bytes, bytes], authorization: str | None = None) -> Client:
         """The client of a request; Unauthenticated when it names a key that is unknown or revoked."""
-        address = client_address(peer, headers, self.trusted)
+        address = client_address(peer, headers, self.trusted) if self.trusted else (peer or "unknown")
         if authorization is None:
             raw = headers.get(b"authorization")
             authorization = raw.decode("latin-1") if raw is not None else None
         secret = bearer(authorization)
         if secret is None:
-            return Client(id=f"ip:{address}", address=address, points_per_hour=self.anonymous_points_per_hour)
+            return self.anonymous(address)
         key = await self._key(hash_secret(secret))
         if key is None:
             raise Unauthenticated("the API key is unknown or revoked; create one with `pith-graph keys create`")

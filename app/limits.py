@@ -38,7 +38,8 @@ DEFAULT_REQUEST_TIMEOUT_SECONDS: Final = 10.0
 RETRY_AFTER_SECONDS: Final = "5"  # what a 503 asks a client to wait
 HEAVY_COST: Final = 5_000  # operations priced above this are heavy: they take a heavy slot
 HEAVY_PER_CLIENT: Final = 1  # heavy operations one client may run at once (the rest wait their turn)
-LIGHT_RESERVED_CONNECTIONS: Final = 3  # pool connections heavy operations never take
+HEAVY_SLOTS: Final = 2  # heavy operations running at once per process: the rest of the pool stays for lookups
+MEMORY_BOUND_MB: Final = 800  # the documented bound on a process's peak RSS under hostile load (bench/governance.py)
 
 # --- what one client may hold --------------------------------------------------------------------
 MAX_SUBSCRIPTIONS_PER_CONNECTION: Final = 20

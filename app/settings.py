@@ -7,8 +7,8 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from app.limits import (DEFAULT_ANONYMOUS_POINTS_PER_HOUR, DEFAULT_REQUEST_TIMEOUT_SECONDS, MAX_SUBSCRIPTIONS_PER_CLIENT,
-                        MAX_WEBSOCKETS_PER_CLIENT)
+from app.limits import (DEFAULT_ANONYMOUS_POINTS_PER_HOUR, DEFAULT_REQUEST_TIMEOUT_SECONDS, HEAVY_SLOTS,
+                        MAX_SUBSCRIPTIONS_PER_CLIENT, MAX_WEBSOCKETS_PER_CLIENT)
 
 
 def _default_data_dir() -> Path:
@@ -52,7 +52,7 @@ class Settings:
     # Points per hour for clients without a key (by IP address); None: unlimited. On in production.
     anonymous_points_per_hour: int | None = None
     trusted_proxies: tuple[str, ...] = ()  # addresses or networks whose Forwarded / X-Forwarded-For count
-    heavy_slots: int = 2  # heavy operations (app.limits.HEAVY_COST) running at once per process
+    heavy_slots: int = HEAVY_SLOTS  # heavy operations (app.limits.HEAVY_COST) running at once per process
     # One client's share of the live transports (raise them for many users behind one address).
     websockets_per_client: int = MAX_WEBSOCKETS_PER_CLIENT
     subscriptions_per_client: int = MAX_SUBSCRIPTIONS_PER_CLIENT

@@ -1,0 +1,241 @@
+"""Governance under load, on a served graph: fairness, memory under the hostile table, the cost of budgets.
+
+    python bench/governance.py --database-url postgresql://.../db     # e.g. a `synth --papers 10000` graph
+    python bench/governance.py --papers 10000                          # makes one, measures, drops it
+
+- fairness: 8 clients loop the heaviest admitted operation (the most-cited paper's recordDiff from 2000,
+  ~1 s of work) for `--seconds`, while another client looks papers up one after another; the lookups'
+  statuses and p50/p99/max latency (target: all 200, p99 <= 300 ms).
+- memory: the server's peak RSS (psutil, every 50 ms) while the hostile table runs, each operation alone
+  and the heaviest admitted eight at once (bound: 800 MB).
+- budgets: Q2 (a title lookup) with every request charged to a budget against Q2 with budgets off, wrk at
+  32 connections, alternating rounds on one database (target: at least 0.9x).
+
+Writes bench/results/governance-<date>-<papers>.json. Not a test: timings on a shared machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import asyncpg
+import httpx
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from app.limits import MEMORY_BOUND_MB  # noqa: E402
+from bench.calibrate import DIFF, RESULTS, graph_arguments, graph_database  # noqa: E402
+from bench.peer import Running, free_port, payload, wrk  # noqa: E402
+
+
+def start(url: str, **env: str) -> Running:
+    port = free_port()
+    return Running("pith", [sys.executable, "-m", "app.cli", "serve", "--port", str(port)],
+                   {**os.environ, "DATABASE_URL": url, "PITH_ACCESS_LOG": "0", **env}, port,
+                   payload("pith", "Q2", env.get("PROBE", "1501.00001")))
+
+
+class PeakRss:
+    """The peak resident memory of a process, sampled every 50 ms in a thread."""
+
+    def __init__(self, pid: int) -> None:
+        self.process = psutil.Process(pid)
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.peak = max(self.peak, self.process.memory_info().rss)
+            except psutil.Error:
+                return
+            time.sleep(0.05)
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return self.peak
+
+
+async def graph_facts(url: str) -> tuple[str, list[str]]:
+    conn = await asyncpg.connect(url)
+    try:
+        top = await conn.fetchval("SELECT cited_arxiv_id FROM citation_observations WHERE cited_arxiv_id IS NOT NULL "
+                                  "GROUP BY 1 ORDER BY count(*) DESC LIMIT 1")
+        ids = [r[0] for r in await conn.fetch("SELECT DISTINCT arxiv_id FROM paper_snapshots ORDER BY 1 LIMIT 1000")]
+    finally:
+        await conn.close()
+    return top, ids
+
+
+def heavy_body(top: str) -> dict:
+    return {"query": "query($a: String!) { " + DIFF + " }", "variables": {"a": top}}
+
+
+async def fairness(url: str, top: str, ids: list[str], seconds: float) -> dict:
+    # Eight clients: told apart by X-Forwarded-For, which counts from a trusted proxy (here, loopback).
+    server = start(url, PROBE=ids[0], PITH_TRUSTED_PROXIES="127.0.0.1")
+    try:
+        stop_at = time.monotonic() + seconds
+        heavy_statuses: list[int] = []
+
+        async def heavy(client: httpx.AsyncClient, n: int) -> None:
+            while time.monotonic() < stop_at:
+                r = await client.post("/graphql", json=heavy_body(top), headers={"x-forwarded-for": f"10.0.0.{n}"})
+                heavy_statuses.append(r.status_code)
+
+        latencies: list[float] = []
+        statuses: list[int] = []
+
+        async def lookups(client: httpx.AsyncClient) -> None:
+            i = 0
+            await asyncio.sleep(1.0)  # the heavy clients are running
+            while time.monotonic() < stop_at:
+                body = payload("pith", "Q2", ids[i % len(ids)])
+                started = time.perf_counter()
+                r = await client.post("/graphql", json=body)
+                latencies.append(time.perf_counter() - started)
+                statuses.append(r.status_code)
+                i += 1
+
+        limits = httpx.Limits(max_connections=20)
+        async with httpx.AsyncClient(base_url=server.base, timeout=60, limits=limits) as heavy_client, \
+                httpx.AsyncClient(base_url=server.base, timeout=60) as light_client:
+            await asyncio.gather(*(heavy(heavy_client, n) for n in range(8)), lookups(light_client))
+        ordered = sorted(latencies)
+
+        def pct(p: float) -> float:
+            return round(ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))] * 1000, 1)
+
+        return {"seconds": seconds, "heavy_clients": 8, "heavy_done": len(heavy_statuses),
+                "heavy_statuses": {str(s): heavy_statuses.count(s) for s in sorted(set(heavy_statuses))},
+                "lookups": len(latencies), "lookup_statuses": {str(s): statuses.count(s) for s in sorted(set(statuses))},
+                "lookup_p50_ms": pct(50), "lookup_p99_ms": pct(99), "lookup_max_ms": round(ordered[-1] * 1000, 1)}
+    finally:
+        server.stop()
+
+
+async def memory(url: str, top: str, ids: list[str]) -> dict:
+    from bench.calibrate import corpus
+
+    server = start(url, PROBE=ids[0], PITH_TRUSTED_PROXIES="127.0.0.1")
+    sampler = PeakRss(server.process.pid)
+    outcomes = {}
+    try:
+        async with httpx.AsyncClient(base_url=server.base, timeout=60) as client:
+            for name, (query, variables) in corpus(top, ids[50], ids[:100]).items():
+                if not name.startswith("table:"):
+                    continue
+                started = time.perf_counter()
+                r = await client.post("/graphql", json={"query": query, "variables": variables})
+                body = r.json()
+                code = (body.get("errors") or [{}])[0].get("extensions", {}).get("code")
+                outcomes[name] = {"status": r.status_code, "code": code,
+                                  "ms": round((time.perf_counter() - started) * 1000, 1)}
+            started = time.perf_counter()
+            eight = await asyncio.gather(*(client.post("/graphql", json=heavy_body(top),
+                                                       headers={"x-forwarded-for": f"10.1.0.{n}"})
+                                           for n in range(8)))
+            outcomes["eight recordDiffs at once"] = {"statuses": [r.status_code for r in eight],
+                                                    "ms": round((time.perf_counter() - started) * 1000, 1)}
+    finally:
+        peak = sampler.stop()
+        server.stop()
+    return {"operations": outcomes, "peak_rss_mb": round(peak / 2**20, 1), "bound_mb": MEMORY_BOUND_MB}
+
+
+def budgets(url: str, ids: list[str], seconds: int, rounds: int) -> dict:
+    runs: dict[str, list[float]] = {"off": [], "on": []}
+    for r in range(rounds):
+        for name in ("off", "on") if r % 2 == 0 else ("on", "off"):
+            env = {"PROBE": ids[0]}
+            if name == "on":
+                env["PITH_ANONYMOUS_POINTS_PER_HOUR"] = str(10**12)  # every request charged, none refused
+            server = start(url, PITH_POOL_MAX="16", PITH_POOL_MIN="4", **env)
+            try:
+                wrk(server.base, "pith", "Q2", ids, 2, r)  # warm-up
+                runs[name].append(wrk(server.base, "pith", "Q2", ids, seconds, r)["rps"])
+            finally:
+                server.stop()
+    on, off = statistics.median(runs["on"]), statistics.median(runs["off"])
+    return {"rps_on": runs["on"], "rps_off": runs["off"], "ratio": round(on / off, 3), "target": 0.9,
+            "wrk": "wrk -t2 -c32", "seconds": seconds, "rounds": rounds}
+
+
+def report_lines() -> list[str]:
+    """The "Governance under load" section of BENCHMARKS.md, from the newest result of each part."""
+    latest: dict[str, tuple[str, dict]] = {}
+    for path in sorted(RESULTS.glob("governance-*.json")):
+        r = json.loads(path.read_text())
+        for part in ("fairness", "memory", "budgets"):
+            if part in r:
+                latest[part] = (r["date"], r[part], r["command"])  # type: ignore[assignment]
+    if not latest:
+        return []
+    lines = ["", "## Governance under load (`python bench/governance.py`)", ""]
+    if "fairness" in latest:
+        date, f, command = latest["fairness"]  # type: ignore[misc]
+        met = "met" if f["lookup_p99_ms"] <= 300 and set(f["lookup_statuses"]) == {"200"} else "MISSED"
+        lines.append(f"- Fairness ({date[:10]}, `{command}`): {f['heavy_clients']} clients looping the most-cited "
+                     f"paper's recordDiff for {f['seconds']:.0f} s ({f['heavy_done']} done: {f['heavy_statuses']}); "
+                     f"another client's {f['lookups']} lookups: statuses {f['lookup_statuses']}, p50 "
+                     f"{f['lookup_p50_ms']} ms, **p99 {f['lookup_p99_ms']} ms**, max {f['lookup_max_ms']} ms "
+                     f"(target p99 <= 300 ms, all 200: {met}).")
+    if "memory" in latest:
+        date, m, command = latest["memory"]  # type: ignore[misc]
+        lines.append(f"- Memory ({date[:10]}): the server's peak RSS while the hostile table ran (each alone, then "
+                     f"eight recordDiffs at once): **{m['peak_rss_mb']} MB** (bound {m['bound_mb']} MB). "
+                     + "; ".join(f"{k}: {v.get('code') or v.get('statuses') or v['status']} in {v['ms']:.0f} ms"
+                                 for k, v in m["operations"].items()) + ".")
+    if "budgets" in latest:
+        date, b, command = latest["budgets"]  # type: ignore[misc]
+        met = "met" if b["ratio"] >= b["target"] else "MISSED"
+        lines.append(f"- Budgets ({date[:10]}): Q2 with every request charged to a budget / budgets off, "
+                     f"{b['wrk']}, {b['rounds']} alternating rounds of {b['seconds']} s: {min(b['rps_on']):.0f}-"
+                     f"{max(b['rps_on']):.0f} vs {min(b['rps_off']):.0f}-{max(b['rps_off']):.0f} rps, "
+                     f"**{b['ratio']:.2f}x** (target >= {b['target']}x: {met}).")
+    return lines
+
+
+def main() -> None:
+    parser = graph_arguments(__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=20)
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--only", choices=("fairness", "memory", "budgets"))
+    args = parser.parse_args()
+    found: dict = {}
+    with graph_database(args, "pith_governance") as url:
+        top, ids = asyncio.run(graph_facts(url))
+        if args.only in (None, "fairness"):
+            found["fairness"] = asyncio.run(fairness(url, top, ids, args.seconds))
+            print(json.dumps(found["fairness"]), flush=True)
+        if args.only in (None, "memory"):
+            found["memory"] = asyncio.run(memory(url, top, ids))
+            print(json.dumps(found["memory"]), flush=True)
+        if args.only in (None, "budgets"):
+            found["budgets"] = budgets(url, ids, int(args.seconds // 2) or 5, args.rounds)
+            print(json.dumps(found["budgets"]), flush=True)
+    found.update({"date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "papers": args.papers,
+                  "command": " ".join(sys.argv), "cpus": os.cpu_count()})
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = RESULTS / f"governance-{found['date'][:10]}-{args.papers}.json"
+    if args.only:
+        out = out.with_name(out.stem + f"-{args.only}.json")
+    out.write_text(json.dumps(found, indent=1) + "\n")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
