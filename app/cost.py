@@ -187,7 +187,7 @@ class Price:
 
 # Work units of what a field does beyond its objects, calibrated by bench/calibrate.py on the
 # 10,000-paper graph (a unit is about one object completed, ~20-40 us there).
-PRICES: Final = {"record": 1_000, "search": 600, "count": 50, "standing": 15, "statement": 50, "hop": 300,
+PRICES: Final = {"record": 1_000, "search": 900, "count": 50, "standing": 15, "statement": 50, "hop": 150,
                   "timeline_entry": 200}
 
 

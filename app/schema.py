@@ -31,7 +31,7 @@ from app.types.scalars import SCALARS
 log = logging.getLogger("pith.graphql")
 
 
-SEARCH_UNITS = 500  # ranking titles by full text: the statement's work beyond its rows (bench/calibrate.py)
+SEARCH_UNITS = 800  # ranking titles by full text: the statement's work beyond its rows (bench/calibrate.py)
 
 ArxivIdArg = Annotated[str, strawberry.argument(description="arXiv id without version, e.g. 2402.15627 or hep-th/9901001.")]
 AsOfArg = Annotated[datetime | None, strawberry.argument(

@@ -9,7 +9,7 @@ from uuid import UUID
 from loaders.base import charge
 from loaders.dataloaders import Loaders, PageRequest
 
-HOP_UNITS = 250  # a hop's batched statement over a frontier (bench/calibrate.py)
+HOP_UNITS = 100  # a hop's batched statement over a frontier (bench/calibrate.py)
 from loaders.rows import Observation, PaperSnapshot
 
 
