@@ -160,9 +160,9 @@ class Costing:
             # Two records, the changes, and a scan of every observation of the paper (and their facts).
             return 2 * PRICES["record"] + (args.get("maxChanges") or DEFAULT_MAX_CHANGES) + 2 * self.scale.max_degree
         if name == "timeline":
-            # Every observation of the paper and the facts about them are read, then a record is built at
-            # each entry of the page (the page's records share their statements: cheaper than one each).
-            return self.scale.max_degree + size * PRICES["timeline_entry"]
+            # Every observation of the paper and the facts about them (about as many again) are read, then a
+            # record is built at each entry of the page (they share their statements: cheaper than one each).
+            return 2 * self.scale.max_degree + size * PRICES["timeline_entry"]
         if name == "searchPapers":
             return PRICES["search"]
         if name == "neighbourhood":

@@ -81,6 +81,8 @@ def corpus(top: str, ordinary: str, ids: list[str]) -> dict[str, tuple[str, dict
             "query($a: String!) { " + " ".join(f"d{i}: {DIFF}" for i in range(10)) + " }", one),
         "timeline(100), most cited": ("query($a: String!) { paper(arxivId: $a) { timeline(first: 100) { edges { "
                                       "node { at contextDigest kinds } } } } }", one),
+        "timeline(40), most cited": ("query($a: String!) { paper(arxivId: $a) { timeline(first: 40) { edges { "
+                                     "node { at contextDigest kinds } } } } }", one),
         "timeline(10), ordinary": ("query($a: String!) { paper(arxivId: $a) { timeline(first: 10) { edges { "
                                    "node { at contextDigest kinds } } } } }", {"a": ordinary}),
         "table: papers(100) x timeline(100)": (
