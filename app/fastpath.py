@@ -247,7 +247,9 @@ class PreparedFastPath:
                 await send(small[0])
                 await send(small[1])
                 return True
-        response = self.state.respond(result, media, client)
+        response = self.state.respond(result, media)
+        for name, value in rate_limit_headers(governor.status(client)):
+            response.headers[name.decode()] = value.decode()
         if len(response.body) < GZIP_MINIMUM:  # gzip sends these as they are
             await response(scope, receive, send)
         else:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import ipaddress
-import logging
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -34,8 +33,6 @@ from uuid import UUID, uuid4
 import asyncpg
 
 from app.limits import HEAVY_COST, HEAVY_PER_CLIENT, HEAVY_SLOTS
-
-log = logging.getLogger("pith.governor")
 
 KEY_PREFIX = "pith_"
 KEY_CACHE_SECONDS = 30.0  # a revoked key stops working within this on a server that has seen it
@@ -62,10 +59,6 @@ class Client:
     address: str
     key_name: str | None = None
     points_per_hour: int | None = None  # None: no budget
-
-    @property
-    def label(self) -> str:
-        return self.key_name or self.address
 
 
 @dataclass(frozen=True)
@@ -296,7 +289,6 @@ class Governor:
         self._per_client: dict[str, asyncio.Semaphore] = {}
         self._keys: dict[bytes, tuple[float, asyncpg.Record | None]] = {}
         self._anonymous: dict[str, Client] = {}
-        self.rate_limited = 0  # operations refused for budget (tests and /readyz read it)
 
     def anonymous(self, address: str) -> Client:
         """The client an address is (one object per address, reused)."""
@@ -307,6 +299,15 @@ class Governor:
             found = self._anonymous[address] = Client(id=f"ip:{address}", address=address,
                                                       points_per_hour=self.anonymous_points_per_hour)
         return found
+
+    async def of_scope(self, scope: dict) -> Client:
+        """The client of an ASGI request (HTTP or WebSocket); Unauthenticated for a bad key."""
+        peer = scope.get("client")
+        address = peer[0] if peer else None
+        headers = scope.get("headers") or ()
+        if not self.trusted and not any(name == b"authorization" for name, _ in headers):
+            return self.anonymous(address or "unknown")  # the common case, without the header map
+        return await self.identify(address, dict(headers))
 
     async def identify(self, peer: str | None, headers: dict[bytes, bytes], authorization: str | None = None) -> Client:
         """The client of a request; Unauthenticated when it names a key that is unknown or revoked."""
@@ -341,11 +342,7 @@ class Governor:
 
     async def admit(self, client: Client, points: int, units: int) -> Ticket:
         """Charge the budget, then (for heavy work) wait for a slot; RateLimited when over budget."""
-        try:
-            await self.budgets.charge(client, points)
-        except RateLimited:
-            self.rate_limited += 1
-            raise
+        await self.budgets.charge(client, points)
         ticket = Ticket(client, points)
         if units > HEAVY_COST:
             mine = self._per_client.get(client.id)

@@ -221,12 +221,7 @@ class App:
 
     async def identify(self, scope: Scope) -> Client:
         """The client of an HTTP or WebSocket request (Unauthenticated for a bad key)."""
-        peer = scope.get("client")
-        address = peer[0] if peer else None
-        headers = scope.get("headers") or ()
-        if not self.governor.trusted and not any(name == b"authorization" for name, _ in headers):
-            return self.governor.anonymous(address or "unknown")  # the common case, without the header map
-        return await self.governor.identify(address, dict(headers))
+        return await self.governor.of_scope(scope)
 
     async def graphql(self, request: Request) -> Response:
         """GraphQL over HTTP, as the GraphQL-over-HTTP specification says (see app/http.py)."""
@@ -239,7 +234,7 @@ class App:
             return http.transport_error(401, str(exc), "UNAUTHENTICATED", headers={"WWW-Authenticate": "Bearer"})
         response = await self._graphql(request, client)
         for name, value in rate_limit_headers(self.governor.status(client)):
-            response.headers.setdefault(name.decode(), value.decode())
+            response.headers[name.decode()] = value.decode()
         return response
 
     async def _graphql(self, request: Request, client: Client) -> Response:
@@ -314,7 +309,7 @@ class App:
             return http.operation_error(exc, replace(params, query=query), media, get_like)
         finally:
             await session.close()
-        response = self.respond(result, media, client)
+        response = self.respond(result, media)
         if response.status_code >= 400 and response.status_code != 400:
             return response
         if sha is not None and params.query is not None and not http.is_request_error(result):
@@ -326,16 +321,16 @@ class App:
             response.headers.update(cache)
         return response
 
-    def respond(self, result: Any, media: str | None, client: Any = None) -> Response:
+    def respond(self, result: Any, media: str | None) -> Response:
         """The HTTP response for an execution result: errors as the masking policy left them (app.pipeline),
-        the status their outcome calls for (401, 429, 503, 504), the client's RateLimit fields."""
+        the status their outcome calls for (401, 429, 503, 504). The transports add the RateLimit fields."""
         from app import http
         from app.pipeline import outcome_status, retry_after
 
         errors = [self.format_error(e) for e in result.errors or []]
-        headers = dict((k.decode(), v.decode()) for k, v in rate_limit_headers(self.governor.status(client)))
         status = outcome_status(errors) if errors else None
         if status is not None:
+            headers = {}
             wait = retry_after(errors)
             if wait is not None:
                 headers["Retry-After"] = wait
@@ -346,9 +341,7 @@ class App:
             if result.extensions:
                 payload["extensions"] = result.extensions
             return http.graphql_response(payload, status, media, headers)
-        response = http.result_response(result, errors, media)
-        response.headers.update(headers)
-        return response
+        return http.result_response(result, errors, media)
 
     def format_error(self, error: GraphQLError) -> dict[str, Any]:
         """An error as sent: the masking policy's (applied once, by the schema) or, for an error made

@@ -7,24 +7,18 @@ them from Strawberry's hooks; the transports call them for what happens around a
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import Any
 
 import asyncpg
 from graphql import GraphQLError
-from strawberry.extensions import MaskErrors
-
-from strawberry.extensions import SchemaExtension
+from strawberry.extensions import MaskErrors, SchemaExtension
 from strawberry.types import ExecutionResult
 
 from app.cost import DataScale, Price, _parsed, _plan, _validated, actual_units, operation_price, refusal
+from app.errors import OperationError, deadline_error
 from app.governor import RateLimited, Ticket
 from app.limits import MAX_COST, MAX_NODES, RETRY_AFTER_SECONDS
-from app.errors import OperationError, deadline_error
 from app.logs import request_id
-
-log = logging.getLogger("pith.graphql")
-
 
 
 def rate_limited_error(exc: RateLimited) -> OperationError:
@@ -156,7 +150,8 @@ class RequestPipeline(SchemaExtension):
     nodes and work units from the coerced arguments), refuse what is over a limit (QUERY_TOO_COSTLY),
     admit (the client's budget, and a heavy-work slot; app.governor), execute, then account: the work
     actually done (rows read and objects returned) settles the charge and is reported in
-    `extensions.cost`. The deadline wraps the whole operation in the transport (app.pipeline.deadline).
+    `extensions.cost`. The deadline is the execution context's (app.execution: every transport, each
+    subscription event); admission waits within what is left of it.
     """
 
     def __init__(self, *, execution_context: Any = None, rules: tuple = (), max_tokens: int = 5_000,
