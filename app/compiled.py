@@ -28,16 +28,19 @@ from loaders.citations import LATERALS, LOW_KEY
 from loaders.rows import UNRESOLVED
 
 
+PIN: Final = "$3::text"  # the ids' instant suffix (app.types.node.pin_suffix): '' unless asOf is given
+
+
 def _paper_fields(a: str) -> dict[str, str]:
     return {"arxivId": f"{a}.arxiv_id", "title": f"{a}.title", "latestVersion": f"{a}.latest_version",
             "primaryCategory": f"{a}.primary_category", "submittedAt": _dt(f"{a}.submitted_at"),
             "lastUpdated": _dt(f"{a}.last_updated"), "snapshotObservedAt": _dt(f"{a}.observed_at"),
-            "id": _gid("Paper", f"{a}.arxiv_id"), "__typename": "'Paper'"}
+            "id": _gid("Paper", f"{a}.arxiv_id", PIN), "__typename": "'Paper'"}
 
 
 _OBSERVATION_FIELDS: Final = {
     "observationId": "o.observation_id::text", "referenceIndex": "o.reference_index", "source": "o.source",
-    "sourceObservedAt": _dt("o.source_observed_at"), "id": _gid("CitationObservation", "o.observation_id::text"),
+    "sourceObservedAt": _dt("o.source_observed_at"), "id": _gid("CitationObservation", "o.observation_id::text", PIN),
     "__typename": "'CitationObservation'"}
 # Unresolved as of the parse until a resolution is recorded (loaders.citations.observation_from).
 _RESOLUTION_FIELDS: Final = {
@@ -124,7 +127,7 @@ def _key(f: FieldNode) -> str:
 class _Compiler:
     def __init__(self, fragments: dict[str, Any]) -> None:
         self.fragments = fragments
-        self.next_param = 3  # $1 the arXiv id, $2 the instant
+        self.next_param = 4  # $1 the arXiv id, $2 the instant, $3 the ids' instant suffix
         self.pages: list[_Page] = []
 
     def leaves(self, selection: Any, type_name: str, table: dict[str, str],
@@ -299,8 +302,9 @@ def _compile(operation: OperationDefinitionNode, fragments: dict[str, Any]) -> C
         key = _key(root)
     except Unsupported:
         return None
+    # $3 is named in the subquery too, so its type is known whether or not the selection has an id.
     sql = (f"SELECT {body}::text AS data FROM (SELECT arxiv_id, observed_at, title, latest_version, primary_category,"
-           " submitted_at, last_updated FROM paper_snapshots WHERE arxiv_id = $1 AND observed_at <= $2"
+           " submitted_at, last_updated, $3::text AS pin FROM paper_snapshots WHERE arxiv_id = $1 AND observed_at <= $2"
            " ORDER BY observed_at DESC LIMIT 1) AS p")
     # In parameter order (a connection that selects no page, e.g. only totalCount, takes none: first).
     return Compiled(key, sql, root, tuple(sorted(compiler.pages, key=lambda page: page.numbers[:1] or [0])))
@@ -325,6 +329,7 @@ def arguments(compiled: Compiled, schema: Any, variable_values: Any,
     from app import cursors
     from app.errors import UserInputError
     from app.timeparse import BadInput, parse_arxiv_id
+    from app.types.node import pin_suffix
 
     values = _values(variable_values, compiled.field, schema.query_type.fields["paper"])
     if values is None:
@@ -334,7 +339,7 @@ def arguments(compiled: Compiled, schema: Any, variable_values: Any,
         at = instant(values.get("asOf"))
     except (BadInput, UserInputError, KeyError, TypeError):
         return None
-    args: list[Any] = [arxiv_id, at]
+    args: list[Any] = [arxiv_id, at, pin_suffix(at if values.get("asOf") is not None else None)]
     afters: list[bool] = []
     paper_type = schema.get_type("Paper")
     for page in compiled.pages:

@@ -20,7 +20,7 @@ from app.errors import UserInputError
 from app.timeparse import BadInput, parse_arxiv_id, parse_search_words
 from app.types.enums import ChangeKind, Direction
 from app.types.diff import RecordChange, RecordDiff
-from app.types.node import Node, parse_global_id
+from app.types.node import GlobalId, Node, parse_global_id
 from app.types.graph import CitationObservation, Paper
 from app.types.pageinfo import PageInfo
 from app.types.paging import check_first
@@ -45,24 +45,25 @@ def _arxiv_id(value: str, argument: str = "arxivId") -> str:
         raise UserInputError(f"{argument}: {exc}", argument=argument) from None
 
 
-def _observation_key(value: object) -> UUID:
+def _observation_key(value: object) -> tuple[UUID, datetime | None]:
+    """The observation an `observation(id:)` names, and the instant its global id names (None: none)."""
     try:
-        return UUID(str(value))
+        return UUID(str(value)), None
     except ValueError:
         pass
     try:
-        kind, key = parse_global_id(value)
+        found = parse_global_id(value)
     except BadInput:
-        kind, key = "", None
-    if kind != "CitationObservation" or not isinstance(key, UUID):
+        found = None
+    if found is None or found.kind != "CitationObservation" or not isinstance(found.key, UUID):
         raise UserInputError(f"id: {value!r} is not an observation id; expected a CitationObservation's global id "
                              "or its observationId (a UUID)", argument="id")
-    return key
+    return found.key, found.pinned
 
 
-async def _nodes(info: Info, ids: list, as_of: object, argument: str) -> list[Node | None]:
-    """Objects by global id: one batched statement per kind, all dispatched together."""
-    at = info.context.instant(as_of)
+async def _nodes(info: Info, ids: list, argument: str) -> list[Node | None]:
+    """Objects by global id, each as of the instant its id names (now when it names none): one batched
+    statement per kind and instant, all dispatched together."""
     parsed = []
     for i, value in enumerate(ids):
         try:
@@ -70,21 +71,25 @@ async def _nodes(info: Info, ids: list, as_of: object, argument: str) -> list[No
         except BadInput as exc:
             where = argument if argument == "id" else f"{argument}[{i}]"
             raise UserInputError(f"{where}: {exc}", argument=argument) from None
-    loaders = info.context.loaders(at)
 
-    async def one(kind: str, key: object) -> Node | None:
-        if kind == "Paper":
-            paper = await loaders.paper.load(key)
-            return Paper.of(paper, at) if paper is not None else None
-        if kind == "Work":
-            work = await loaders.work.load(key)
-            return Work.of_snapshot(work) if work is not None else None
-        obs = await loaders.observation.load(key)
+    async def one(found: GlobalId) -> Node | None:
+        at = found.pinned or info.context.now
+        pinned = found.pinned is not None
+        loaders = info.context.loaders(at)
+        if found.kind == "Paper":
+            paper = await loaders.paper.load(found.key)
+            return Paper.of(paper, at, pinned) if paper is not None else None
+        if found.kind == "Work":
+            work = await loaders.work.load(found.key)
+            return Work.of_snapshot(work, found.pinned) if work is not None else None
+        obs = await loaders.observation.load(found.key)
         if obs is None:
             return None
-        return CitationObservation.of(obs, at) if kind == "CitationObservation" else Work.of(obs)
+        if found.kind == "CitationObservation":
+            return CitationObservation.of(obs, at, pinned)
+        return Work.of(obs, found.pinned)
 
-    return list(await asyncio.gather(*(one(kind, key) for kind, key in parsed)))
+    return list(await asyncio.gather(*(one(found) for found in parsed)))
 
 
 @strawberry.type(description=(
@@ -97,7 +102,7 @@ class Neighbourhood:
 
 
 async def _walk(info: Info, root: str, direction: Direction, depth: int, per_paper: int,
-                as_of: datetime) -> Neighbourhood | None:
+                as_of: datetime, pinned: bool) -> Neighbourhood | None:
     from loaders.walk import walk
 
     found = await walk(info.context.loaders(as_of), root, DIRECTIONS[direction], depth, per_paper,
@@ -105,8 +110,8 @@ async def _walk(info: Info, root: str, direction: Direction, depth: int, per_pap
     if found is None:
         return None
     return Neighbourhood(
-        papers=[Paper.of(p, as_of) for p in found.papers.values()],
-        edges=[CitationObservation.of(o, as_of) for o in found.edges.values()],
+        papers=[Paper.of(p, as_of, pinned) for p in found.papers.values()],
+        edges=[CitationObservation.of(o, as_of, pinned) for o in found.edges.values()],
         truncated=found.truncated,
     )
 
@@ -157,7 +162,7 @@ class Query:
     async def paper(self, info: Info, arxiv_id: ArxivIdArg, as_of: AsOfArg = None) -> Paper | None:
         at = info.context.instant(as_of)
         found = await info.context.loaders(at).paper.load(_arxiv_id(arxiv_id))
-        return Paper.of(found, at) if found is not None else None
+        return Paper.of(found, at, as_of is not None) if found is not None else None
 
     @strawberry.field(description="Up to 100 papers in one call, in request order; null where unknown.")
     async def papers(
@@ -170,31 +175,34 @@ class Query:
         at = info.context.instant(as_of)
         ids = [_arxiv_id(a, "arxivIds") for a in arxiv_ids]
         found = await info.context.loaders(at).paper.load_many(ids)
-        return [Paper.of(p, at) if p is not None else None for p in found]
+        return [Paper.of(p, at, as_of is not None) if p is not None else None for p in found]
 
     @strawberry.field(description="One citation observation by id; null when not visible at the instant.")
     async def observation(self, info: Info, id: Annotated[strawberry.ID, strawberry.argument(
                               description="The observation's global id, or its UUID (observationId).")],
                           as_of: AsOfArg = None) -> CitationObservation | None:
-        key = _observation_key(id)
-        at = info.context.instant(as_of)
+        key, named = _observation_key(id)
+        # An explicit asOf wins; else the instant the global id names; else now.
+        at = info.context.instant(as_of) if as_of is not None or named is None else named
         found = await info.context.loaders(at).observation.load(key)
-        return CitationObservation.of(found, at) if found is not None else None
+        return CitationObservation.of(found, at, as_of is not None or named is not None) if found is not None else None
 
     @strawberry.field(description=(
-        "Any object with a global id (Paper, CitationObservation, Work) as of the instant; null when unknown then."))
+        "Any object with a global id (Paper, CitationObservation, Work), as of the instant the id names (an id "
+        "read under a pinned asOf names it; one read as of now names none: now); null when unknown then."))
     async def node(self, info: Info, id: Annotated[strawberry.ID, strawberry.argument(description="A global id.")],
-                   as_of: AsOfArg = None) -> Node | None:
-        (found,) = await _nodes(info, [id], as_of, "id")
+                   ) -> Node | None:
+        (found,) = await _nodes(info, [id], "id")
         return found
 
-    @strawberry.field(description="Up to 100 objects by global id, in request order; null where unknown.")
+    @strawberry.field(description=(
+        "Up to 100 objects by global id, each as of the instant its id names, in request order; null where unknown."))
     async def nodes(self, info: Info,
                     ids: Annotated[list[strawberry.ID], strawberry.argument(description="1 to 100 global ids.")],
-                    as_of: AsOfArg = None) -> list[Node | None]:
+                    ) -> list[Node | None]:
         if not 1 <= len(ids) <= MAX_IDS:
             raise UserInputError(f"ids: {len(ids)} ids given; give 1 to {MAX_IDS}", argument="ids")
-        return await _nodes(info, ids, as_of, "ids")
+        return await _nodes(info, ids, "ids")
 
     @strawberry.field(description="The canonical v1 record of a paper; null when it has no snapshot by asOf.")
     async def citation_record(self, info: Info, arxiv_id: ArxivIdArg, as_of: AsOfArg = None) -> CitationRecord | None:
@@ -265,7 +273,7 @@ class Query:
         if not 1 <= per_paper <= 100:
             raise UserInputError(f"perPaper: {per_paper} is out of range; allowed 1 to 100", argument="perPaper")
         at = info.context.instant(as_of)
-        return await _walk(info, _arxiv_id(arxiv_id), direction, depth, per_paper, at)
+        return await _walk(info, _arxiv_id(arxiv_id), direction, depth, per_paper, at, as_of is not None)
 
     @strawberry.field(description="Full-text search over titles as of the instant, best match first, page by page.")
     async def search_papers(
@@ -292,7 +300,8 @@ class Query:
         shown = found[:first]
         for p, _ in shown:
             loaders.paper.prime(p.arxiv_id, p)
-        edges = [SearchEdge(cursor=cursors.encode_search(rank, p.arxiv_id), node=Paper.of(p, at), score=rank)
+        edges = [SearchEdge(cursor=cursors.encode_search(rank, p.arxiv_id), node=Paper.of(p, at, as_of is not None),
+                            score=rank)
                  for p, rank in shown]
         return SearchConnection(edges=edges, nodes=[e.node for e in edges], page_info=PageInfo(
             has_next_page=len(found) > first, has_previous_page=key is not None,

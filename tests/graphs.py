@@ -102,3 +102,26 @@ def tree(root: str, fanout: int, levels: int = 2, prefix: int = 7000) -> Graph:
                 nxt.append(citing)
         frontier = nxt
     return g
+
+
+def time_travel(root: str, citers: int = 60, prefix: str = "5500") -> Graph:
+    """A paper cited once every three days from 1 January 2026 (citer i at day 3i), each citation
+    unresolved when parsed and verified 100 days into the year when i is even; it cites 30 papers."""
+    g = Graph()
+    g.paper(root, "Time travel hub paper")
+    for i in range(citers):
+        at = BASE + timedelta(days=3 * i)
+        citing = g.paper(f"{prefix}.{i:05d}", f"Time travel citer {i}", at=at)
+        oid = g.cite(citing, root, 1, status="unresolved", at=at)
+        if i % 2 == 0:
+            g.resolutions.append((oid, max(at, BASE + timedelta(days=100)) + timedelta(seconds=2), "verified_exact",
+                                  "arxiv_id"))
+    for j in range(30):
+        cited = g.paper(f"{int(prefix) + 1}.{j:05d}", f"Time travel reference {j}")
+        g.cite(root, cited, j + 1, at=BASE + timedelta(days=2 * j))
+    return g
+
+
+def citers_at(at: datetime, citers: int = 60) -> int:
+    """How many of time_travel's citations are visible at `at`."""
+    return sum(1 for i in range(citers) if BASE + timedelta(days=3 * i) <= at)

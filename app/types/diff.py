@@ -41,7 +41,8 @@ class RecordChange:
             measurement = ExternalCitationMeasurement(source=m["source"], count=m["count"],
                                                       observed_at=_instant(m["observedAt"]))
         return cls(kind=ChangeKind(change.kind), observed_at=change.observed_at,
-                   observation=CitationObservation.of(change.observation, to) if change.observation else None,
+                   observation=(CitationObservation.of(change.observation, to, pinned=True)
+                                if change.observation else None),
                    event=event, measurement=measurement, previous=change.previous, current=change.current)
 
 

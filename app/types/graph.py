@@ -46,6 +46,7 @@ def _statuses(status: list[ResolutionStatus] | None) -> tuple[str, ...] | None:
 class Paper(Node):
     snapshot: strawberry.Private[PaperSnapshot]
     as_of: strawberry.Private[datetime]
+    pinned: strawberry.Private[bool]  # read under a pinned instant: the id names it
     arxiv_id: str = strawberry.field(description="arXiv identifier, without version.")
     title: str = strawberry.field(description="Title.")
     latest_version: int = strawberry.field(description="Latest arXiv version known at the instant.")
@@ -55,8 +56,9 @@ class Paper(Node):
     snapshot_observed_at: datetime = strawberry.field(description="When this metadata snapshot was observed.")
 
     @classmethod
-    def of(cls, snapshot: PaperSnapshot, as_of: datetime) -> "Paper":
-        return cls(id=global_id("Paper", snapshot.arxiv_id), snapshot=snapshot, as_of=as_of,
+    def of(cls, snapshot: PaperSnapshot, as_of: datetime, pinned: bool) -> "Paper":
+        return cls(id=global_id("Paper", snapshot.arxiv_id, as_of if pinned else None), snapshot=snapshot,
+                   as_of=as_of, pinned=pinned,
                    arxiv_id=snapshot.arxiv_id, title=snapshot.title,
                    latest_version=snapshot.latest_version, primary_category=snapshot.primary_category,
                    submitted_at=snapshot.submitted_at, last_updated=snapshot.last_updated,
@@ -74,7 +76,7 @@ class Paper(Node):
         status: StatusArg = None,
     ) -> CitationConnection:
         request = page_request(self.arxiv_id, "in", first, after, last, before, _statuses(status))
-        return CitationConnection(request=request, direction="in", as_of=self.as_of)
+        return CitationConnection(request=request, direction="in", as_of=self.as_of, pinned=self.pinned)
 
     @strawberry.field(description="This paper's references, ordered by reference index, then observation id.")
     def outbound(
@@ -89,7 +91,7 @@ class Paper(Node):
             "retraction or withdrawal; false: only the others."))] = None,
     ) -> CitationConnection:
         request = page_request(self.arxiv_id, "out", first, after, last, before, _statuses(status), cites_retracted)
-        return CitationConnection(request=request, direction="out", as_of=self.as_of)
+        return CitationConnection(request=request, direction="out", as_of=self.as_of, pinned=self.pinned)
 
     @strawberry.field(description="Each source's latest citation count at the instant, by source; never summed.")
     async def external_citation_measurements(self, info: Info) -> list[ExternalCitationMeasurement]:
@@ -130,6 +132,7 @@ class Paper(Node):
 class CitationObservation(Node):
     row: strawberry.Private[Observation]
     as_of: strawberry.Private[datetime]
+    pinned: strawberry.Private[bool]
     observation_id: strawberry.ID = strawberry.field(description=(
         "Observation id (UUID), as in the v1 record; observation(id:) takes it as well as the global id."))
     reference_index: int = strawberry.field(description="The reference's number in the citing paper's bibliography.")
@@ -137,21 +140,23 @@ class CitationObservation(Node):
     source_observed_at: datetime = strawberry.field(description="When the reference was parsed.")
 
     @classmethod
-    def of(cls, row: Observation, as_of: datetime) -> "CitationObservation":
-        return cls(row=row, as_of=as_of, id=global_id("CitationObservation", str(row.observation_id)),
-                   observation_id=strawberry.ID(str(row.observation_id)), reference_index=row.reference_index, source=row.source, source_observed_at=row.source_observed_at)
+    def of(cls, row: Observation, as_of: datetime, pinned: bool) -> "CitationObservation":
+        return cls(row=row, as_of=as_of, pinned=pinned,
+                   id=global_id("CitationObservation", str(row.observation_id), as_of if pinned else None),
+                   observation_id=strawberry.ID(str(row.observation_id)), reference_index=row.reference_index,
+                   source=row.source, source_observed_at=row.source_observed_at)
 
     @strawberry.field(description="The citing paper, as of the instant.")
     def citing_paper(self) -> Paper:
-        return Paper.of(self.row.citing, self.as_of)
+        return Paper.of(self.row.citing, self.as_of, self.pinned)
 
     @strawberry.field(description="The cited Pith paper, as of the instant; null when the reference is to no Pith paper.")
     def cited_paper(self) -> Paper | None:
-        return Paper.of(self.row.cited, self.as_of) if self.row.cited is not None else None
+        return Paper.of(self.row.cited, self.as_of, self.pinned) if self.row.cited is not None else None
 
     @strawberry.field(description="The work the reference points at (or what was printed, when unlinked).")
     def cited_work(self) -> Work:
-        return Work.of(self.row)
+        return Work.of(self.row, self.as_of if self.pinned else None)
 
     @strawberry.field(description="The latest resolution at the instant.")
     def resolution(self) -> Resolution:
@@ -186,6 +191,7 @@ class CitationConnection:
     request: strawberry.Private[PageRequest]
     direction: strawberry.Private[str]
     as_of: strawberry.Private[datetime]
+    pinned: strawberry.Private[bool]
 
     async def _page(self, info: Info) -> tuple[list[Observation], bool]:
         """This page's rows in the connection's order, and whether more lie beyond it."""
@@ -205,13 +211,13 @@ class CitationConnection:
     @strawberry.field(description="The edges of this page, in the connection's documented order.")
     async def edges(self, info: Info) -> list[CitationEdge]:
         page, _ = await self._page(info)
-        return [CitationEdge(cursor=cursors.encode(self.direction, o), node=CitationObservation.of(o, self.as_of))
+        return [CitationEdge(cursor=cursors.encode(self.direction, o), node=CitationObservation.of(o, self.as_of, self.pinned))
                 for o in page]
 
     @strawberry.field(description="The observations of this page, without cursors (a shortcut for edges { node }).")
     async def nodes(self, info: Info) -> list[CitationObservation]:
         page, _ = await self._page(info)
-        return [CitationObservation.of(o, self.as_of) for o in page]
+        return [CitationObservation.of(o, self.as_of, self.pinned) for o in page]
 
     @strawberry.field(description="Whether there are more edges either way, and where this page starts and ends.")
     async def page_info(self, info: Info) -> PageInfo:

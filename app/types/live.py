@@ -158,7 +158,7 @@ class Subscription:
             if found is None:  # not visible (yet): its citing paper has no snapshot
                 return None
             return CitationAddedEvent(cursor=encode_cursor(row["position"]),
-                                      observation=CitationObservation.of(found, context.now))
+                                      observation=CitationObservation.of(found, context.now, pinned=False))
 
         async for event in _in_session(info, _changes(info, "citation_added", _paper(arxiv_id), after), build):
             yield event
@@ -176,7 +176,7 @@ class Subscription:
                               observed_at=row["event_observed_at"], reported_at=row["event_reported_at"],
                               notice_doi=row["event_notice_doi"])
             return StandingChangedEvent(cursor=encode_cursor(row["position"]),
-                                        observation=CitationObservation.of(found, context.now), event=event)
+                                        observation=CitationObservation.of(found, context.now, pinned=False), event=event)
 
         async for event in _in_session(info, _changes(info, "standing_changed", _paper(arxiv_id), after), build):
             yield event

@@ -27,17 +27,18 @@ class Work(Node):
         description="When this work snapshot was observed (for an unlinked reference, when it was parsed).")
 
     @classmethod
-    def of(cls, obs: Observation) -> "Work":
+    def of(cls, obs: Observation, pinned: datetime | None) -> "Work":
         w = obs.work
         if w is None:
             # Unlinked: the printed reference itself, identified through its observation.
-            return cls(id=global_id("Work", f"ref:{obs.observation_id}"), work_id=None, linked=False, arxiv_id=None,
+            return cls(id=global_id("Work", f"ref:{obs.observation_id}", pinned), work_id=None, linked=False, arxiv_id=None,
                        doi=None, metadata_source=None, pith_arxiv_id=obs.cited_arxiv_id, title=obs.printed_title,
                        venue=None, year=obs.printed_year, snapshot_observed_at=obs.source_observed_at)
-        return cls.of_snapshot(w)
+        return cls.of_snapshot(w, pinned)
 
     @classmethod
-    def of_snapshot(cls, w: WorkSnapshot) -> "Work":
-        return cls(id=global_id("Work", str(w.work_id)), work_id=strawberry.ID(str(w.work_id)), linked=True,
+    def of_snapshot(cls, w: WorkSnapshot, pinned: datetime | None) -> "Work":
+        """The work as of an instant; `pinned`: the instant its id names (None: now)."""
+        return cls(id=global_id("Work", str(w.work_id), pinned), work_id=strawberry.ID(str(w.work_id)), linked=True,
                    arxiv_id=w.arxiv_id, doi=w.doi, metadata_source=w.metadata_source, pith_arxiv_id=w.pith_arxiv_id,
                    title=w.title, venue=w.venue, year=w.year, snapshot_observed_at=w.observed_at)
