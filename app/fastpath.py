@@ -13,7 +13,7 @@ checked as the compiled path checks them, the statement runs, and the response i
 function the full handler uses (same bytes, same headers, same gzip); a successful answer under gzip's
 minimum size is sent as the two messages that response would send, without building it (tests
 compare the two paths' bytes and headers). Whatever this path is not sure
-of (another media type, persisted-query extensions, a streaming Accept, variables that do not coerce,
+of (another media type, persisted-query extensions, an Accept that allows no JSON, variables that do not coerce,
 an argument the schema refuses, a query over budget) it hands on, with the body it read, to the full
 stack, which answers as it always does, errors included. Validation results do not depend on
 variables, so a document validated once stays valid.
@@ -41,7 +41,7 @@ from app.cost import Price, _parsed, actual_units, document_parts, operation_pri
 from app.governor import RateLimited, Unauthenticated, rate_limit_headers
 from app.errors import deadline_error
 from app.pipeline import cost_extension, settle
-from app.http import response_media_type, streaming_request
+from app.http import response_media_type
 from app.limits import MAX_TOKENS
 from app.timeparse import now_as_of, parse_as_of
 
@@ -141,7 +141,7 @@ class PreparedFastPath:
             await self.app(scope, _replay(messages, receive), send)
 
     def _media_type(self, scope: Scope) -> str | None:
-        """The response media type when this path may answer (JSON body, no streaming), else None."""
+        """The response media type when this path may answer (JSON body, JSON accepted), else None."""
         content_type = accept = None
         for name, value in scope["headers"]:
             if name == b"content-type":
@@ -158,7 +158,8 @@ class PreparedFastPath:
             if len(self._media) > 256:
                 self._media.clear()
             text = accept.decode("latin-1") if accept is not None else None
-            self._media[accept] = None if streaming_request(scope) else response_media_type(text)
+            # Prepared documents are queries: JSON whenever the Accept allows it (a stream only when not).
+            self._media[accept] = response_media_type(text)
         return self._media[accept]
 
     def _plan(self, body: bytes) -> tuple[Compiled, list[Any], list[bool], Price] | None:

@@ -25,23 +25,37 @@ GRAPHQL_RESPONSE = "application/graphql-response+json"
 JSON = "application/json"
 
 
+def accept_entries(accept: str | None) -> list[tuple[str, dict[str, str], float]]:
+    """The media ranges of an Accept header: (type, parameters, q), in the order given."""
+    entries = []
+    for part in (accept or "").split(","):
+        fields = part.split(";")
+        media = fields[0].strip().lower()
+        if not media:
+            continue
+        params: dict[str, str] = {}
+        q = 1.0
+        for param in fields[1:]:
+            name, _, value = param.partition("=")
+            name, value = name.strip().lower(), value.strip().strip('"')
+            if name == "q":
+                try:
+                    q = min(max(float(value), 0.0), 1.0)
+                except ValueError:
+                    q = 0.0
+            else:
+                params[name] = value
+        entries.append((media, params, q))
+    return entries
+
+
 def response_media_type(accept: str | None) -> str | None:
     """The media type to answer in, from the client's Accept; None when it allows neither of ours."""
     if accept is None or not accept.strip():
         return JSON
     best: str | None = None
     best_q = 0.0
-    for part in accept.split(","):
-        fields = part.split(";")
-        media = fields[0].strip().lower()
-        q = 1.0
-        for param in fields[1:]:
-            name, _, value = param.partition("=")
-            if name.strip().lower() == "q":
-                try:
-                    q = float(value.strip())
-                except ValueError:
-                    q = 0.0
+    for media, _, q in accept_entries(accept):
         if media == GRAPHQL_RESPONSE:
             candidate = GRAPHQL_RESPONSE
         elif media in (JSON, "application/*", "*/*"):
@@ -54,10 +68,39 @@ def response_media_type(accept: str | None) -> str | None:
     return best
 
 
-def streaming_request(scope: Mapping[str, Any]) -> bool:
-    """A GraphQL request that asks for a stream of results (SSE or multipart subscriptions)."""
-    accept = dict(scope["headers"]).get(b"accept", b"").decode("latin-1").lower()
-    return "text/event-stream" in accept or ("multipart/mixed" in accept and "subscriptionspec" in accept)
+def accepts_stream(accept: str | None) -> bool:
+    """Whether the Accept allows a stream of results: SSE, or multipart with the subscription spec."""
+    return any(q > 0 and (media == "text/event-stream" or (media == "multipart/mixed" and "subscriptionspec" in params))
+               for media, params, q in accept_entries(accept))
+
+
+def header(scope: Mapping[str, Any], name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
+def stream_choice(scope: Mapping[str, Any]) -> bool | None:
+    """Whether a GraphQL request over HTTP is answered as a stream: False when its Accept allows no
+    stream, True when it allows a stream and no JSON type, None when it allows both (then the
+    operation decides: a subscription streams, a query or mutation answers JSON)."""
+    accept = header(scope, b"accept")
+    if not accepts_stream(accept):
+        return False
+    return None if response_media_type(accept) is not None else True
+
+
+def is_subscription(query: object, operation_name: object) -> bool:
+    """Whether the operation a request selects is a subscription (False when none can be chosen)."""
+    if not isinstance(query, str) or not (operation_name is None or isinstance(operation_name, str)):
+        return False
+    document = _document(query)
+    if document is None:
+        return False
+    operations = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)
+                  and (operation_name is None or (d.name is not None and d.name.value == operation_name))]
+    return len(operations) == 1 and operations[0].operation.value == "subscription"
 
 
 class GraphQLJSONResponse(JSONResponse):

@@ -16,12 +16,11 @@ import asyncpg
 from graphql import GraphQLError
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.middleware.cors import CORSMiddleware
 from starlette.middleware.gzip import GZipMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from strawberry.asgi import GraphQL as StrawberryGraphQL
 from strawberry.exceptions import MissingQueryError
 from strawberry.schema.exceptions import CannotGetOperationTypeError, InvalidOperationTypeError
@@ -32,7 +31,8 @@ from app.cost import DataScale
 from app.governor import Client, Governor, parse_networks, rate_limit_headers
 from app.db.pool import Session, create_pool
 from app.fastpath import GZIP_LEVEL, GZIP_MINIMUM, PreparedFastPath, PreparedOperations
-from app.http import GRAPHQL_PATH, error_response, streaming_request
+from app.cors import Cors
+from app.http import GRAPHQL_PATH, error_response
 from app.limits import MAX_BODY_BYTES, MAX_QUERY_STRING_BYTES, MAX_SUBSCRIPTIONS_PER_CONNECTION, MAX_VARIABLES_BYTES
 from app.live import Hub
 from app.logs import request_id
@@ -474,11 +474,7 @@ def create_app(settings: Settings | None = None, dsn: str | None = None, *,
         *web_routes.routes(state),
     ]
     middleware = [Middleware(RequestIdMiddleware)]
-    if settings.cors_origins:  # without origins it would only add Vary headers, at a cost per request
-        middleware.append(Middleware(CORSMiddleware, allow_origins=list(settings.cors_origins),
-                                     allow_methods=["GET", "POST"],
-                                     allow_headers=["content-type", "if-none-match", "x-request-id"],
-                                     expose_headers=["etag", "x-request-id"], max_age=600))
+    middleware.append(Middleware(Cors, origins=settings.cors_origins, headers=settings.cors_headers))
     if settings.prepared_fast_path:
         middleware.append(Middleware(PreparedFastPath, state=state, path=GRAPHQL_PATH, max_body=MAX_BODY_BYTES,
                                      max_variables=MAX_VARIABLES_BYTES))
@@ -501,6 +497,21 @@ def pool_figures(pool: asyncpg.Pool | None) -> dict[str, int]:
     return {"size": pool.get_size(), "idle": pool.get_idle_size(), "max": pool.get_max_size()}
 
 
+def _sse_transport() -> type:
+    """Strawberry's SSE transport with lines ended by LF alone: the event-stream format allows CR LF too,
+    but clients that look for an event's end as two LFs (urql's fetch source) never find one in it."""
+    from strawberry.http.streaming import SSETransport
+
+    class LFSSETransport(SSETransport):
+        def encode_event(self, event: str, data: str | None = None) -> str:
+            return super().encode_event(event, data).replace("\r\n", "\n")
+
+        def encode_comment(self, comment: str) -> str:
+            return f": {comment}\n\n"
+
+    return LFSSETransport
+
+
 class LiveGraphQL(StrawberryGraphQL):
     """Strawberry's own transports for subscriptions: graphql-transport-ws and graphql-ws over WebSocket,
     SSE and multipart over HTTP; keep-alive pings; the WebSocket origin rule follows PITH_CORS_ORIGINS
@@ -510,6 +521,10 @@ class LiveGraphQL(StrawberryGraphQL):
         from strawberry.subscriptions import (GRAPHQL_SSE_PROTOCOL, GRAPHQL_TRANSPORT_WS_PROTOCOL,
                                               GRAPHQL_WS_PROTOCOL, MULTIPART_SUBSCRIPTION_PROTOCOL)
 
+        from strawberry.http.base import BaseView
+
+        self.stream_transport_classes_by_protocol = {**BaseView.stream_transport_classes_by_protocol,
+                                                     GRAPHQL_SSE_PROTOCOL: _sse_transport()}
         super().__init__(state.schema, graphql_ide=None, keep_alive=True, keep_alive_interval=15,
                          max_subscriptions_per_connection=MAX_SUBSCRIPTIONS_PER_CONNECTION,
                          allowed_origins=state.settings.cors_origins,
@@ -530,6 +545,15 @@ class LiveGraphQL(StrawberryGraphQL):
         # A WebSocket's context serves every operation of the connection: each gets its deadline as it starts.
         return self.state.context(self.state.session(), client, hub=self.state.hub, app=self.state,
                                   deadline_each_operation=request.scope["type"] == "websocket")
+
+    async def reject_websocket(self, request: Any) -> Any:
+        """A page on an origin not allowed: accepted only to close with a reason the page can read (a
+        handshake refused with 403 tells the browser's code nothing)."""
+        origin = request.headers.get("origin", "")
+        allowed = self.state.settings.cors_origins
+        await _refuse_websocket(request, 4403, f"origin {origin[:40]} may not open WebSockets here; " + (
+            "allowed: " + ", ".join(allowed) if allowed else "same origin only (set PITH_CORS_ORIGINS)"))
+        return request
 
     async def on_ws_connect(self, context: Context) -> Any:  # type: ignore[override]
         """connection_init: an `authorization` in its payload names the client (as the header would)."""
@@ -607,8 +631,43 @@ class GraphQLEndpoint:
         self.ordinary, self.live = ordinary, live
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        target = self.live if streaming_request(scope) else self.ordinary
-        await target(scope, receive, send)
+        from app import http
+
+        streams = http.stream_choice(scope)
+        if streams is None:  # the Accept allows JSON and a stream: subscriptions stream, the rest is JSON
+            if scope["method"] == "POST":
+                body, receive = await _buffered(receive)
+                try:
+                    given = json.loads(body)
+                except (ValueError, RecursionError):
+                    given = None
+            else:
+                from urllib.parse import parse_qs
+
+                given = {k: v[0] for k, v in parse_qs(scope.get("query_string", b"").decode("latin-1")).items()}
+            streams = isinstance(given, dict) and http.is_subscription(given.get("query"), given.get("operationName"))
+        await (self.live if streams else self.ordinary)(scope, receive, send)
+
+
+async def _buffered(receive: Receive) -> tuple[bytes, Receive]:
+    """The request body, read whole, and a receive that hands it on as if unread."""
+    chunks, more = [], True
+    while more:
+        message = await receive()
+        if message["type"] != "http.request":
+            return b"", receive  # gone: the handler sees the disconnect
+        chunks.append(message.get("body", b""))
+        more = message.get("more_body", False)
+    body, replayed = b"".join(chunks), False
+
+    async def replay() -> Message:
+        nonlocal replayed
+        if not replayed:
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return body, replay
 
 
 POOL_CLOSE_SECONDS = 3.0

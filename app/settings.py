@@ -33,6 +33,7 @@ class Settings:
     pool_max: int = 10
     statement_timeout_ms: int = 10_000
     cors_origins: tuple[str, ...] = ()
+    cors_headers: tuple[str, ...] = ()  # request headers allowed besides app.cors.DEFAULT_HEADERS
     log_format: str = "text"
     introspection: bool = True
     production: bool = False
@@ -72,6 +73,7 @@ class Settings:
             pool_max=int(env.get("PITH_POOL_MAX", base.pool_max)),
             statement_timeout_ms=int(env.get("PITH_STATEMENT_TIMEOUT_MS", base.statement_timeout_ms)),
             cors_origins=_split(env.get("PITH_CORS_ORIGINS", "")),
+            cors_headers=_split(env.get("PITH_CORS_HEADERS", "")),
             log_format=env.get("PITH_LOG_FORMAT", base.log_format),
             introspection=env.get("PITH_INTROSPECTION", "1") not in ("0", "false", "no"),
             production=env.get("PITH_ENV", "") == "production",

@@ -1,0 +1,69 @@
+"""Cross-origin requests: Starlette's CORSMiddleware with the headers GraphQL clients send allowed, and
+refusals that say why, in the shape every GraphQL client reads.
+
+Without PITH_CORS_ORIGINS no other origin may call the API: a preflight is refused with a message
+that names the setting, and ordinary requests pass without CORS headers (no Vary cost). A request
+with OPTIONS that is not a preflight is answered 204 with the methods allowed.
+"""
+
+from __future__ import annotations
+
+from typing import Collection
+
+from starlette.datastructures import Headers
+from starlette.middleware.cors import SAFELISTED_HEADERS, CORSMiddleware
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+# What Apollo Client, urql, Relay, graphql-sse and tracing libraries send across origins.
+DEFAULT_HEADERS = ("authorization", "content-type", "if-none-match", "x-request-id",
+                   "apollographql-client-name", "apollographql-client-version", "x-apollo-operation-name",
+                   "apollo-require-preflight", "traceparent", "tracestate")
+EXPOSED_HEADERS = ("etag", "x-request-id", "retry-after", "ratelimit", "ratelimit-policy")
+METHODS = ("GET", "POST")
+
+
+class Cors(CORSMiddleware):
+    def __init__(self, app: ASGIApp, origins: Collection[str] = (), headers: Collection[str] = ()) -> None:
+        super().__init__(app, allow_origins=list(origins), allow_methods=list(METHODS),
+                         allow_headers=[*DEFAULT_HEADERS, *(h.lower() for h in headers)],
+                         expose_headers=list(EXPOSED_HEADERS), max_age=600)
+        self.origins = tuple(origins)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "OPTIONS":
+            headers = Headers(scope=scope)
+            if "origin" not in headers or "access-control-request-method" not in headers:
+                await Response(status_code=204, headers={"Allow": ", ".join((*METHODS, "HEAD", "OPTIONS"))})(
+                    scope, receive, send)
+                return
+        elif not self.origins:
+            await self.app(scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)
+
+    def preflight_response(self, request_headers: Headers) -> Response:
+        from app.http import transport_error
+
+        answer = super().preflight_response(request_headers)
+        if answer.status_code < 400:
+            return Response(status_code=204, headers=dict(answer.headers))
+        reasons = []
+        origin = request_headers["origin"]
+        if not self.is_allowed_origin(origin):
+            reasons.append(f"origin {origin!r} may not call this API; " + (
+                "allowed origins: " + ", ".join(self.origins) if self.origins else
+                "no other origin may (set PITH_CORS_ORIGINS to the origins of your apps)"))
+        method = request_headers["access-control-request-method"]
+        if method not in METHODS:
+            reasons.append(f"method {method} is not allowed; allowed: {', '.join(METHODS)}")
+        asked = [h.strip().lower() for h in request_headers.get("access-control-request-headers", "").split(",")]
+        refused = [h for h in asked if h and h not in self.allow_headers]
+        if refused:
+            allowed = sorted(set(self.allow_headers) - {h.lower() for h in SAFELISTED_HEADERS})
+            reasons.append(f"request headers {', '.join(refused)} are not allowed; allowed: {', '.join(allowed)} "
+                           "(add more with PITH_CORS_HEADERS)")
+        if request_headers.get("access-control-request-private-network") is not None:
+            reasons.append("private network access is not allowed")
+        keep = {k: v for k, v in answer.headers.items() if k.lower().startswith(("access-control-", "vary"))}
+        return transport_error(403, "CORS preflight refused: " + "; ".join(reasons), "CORS_REFUSED", headers=keep)
