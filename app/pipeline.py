@@ -74,6 +74,21 @@ UNAVAILABLE = (
 )
 
 
+def request_error_code(original: BaseException | None) -> str | None:
+    """The code of a request Strawberry refuses before execution (an operation of a type the transport
+    does not carry, none to choose, no query): the client's error, told as it is; None for others."""
+    from strawberry.exceptions import MissingQueryError
+    from strawberry.schema.exceptions import CannotGetOperationTypeError, InvalidOperationTypeError
+
+    if isinstance(original, InvalidOperationTypeError):
+        return "OPERATION_NOT_SUPPORTED"
+    if isinstance(original, CannotGetOperationTypeError):
+        return "OPERATION_RESOLUTION_FAILURE"
+    if isinstance(original, MissingQueryError):
+        return "BAD_REQUEST"
+    return None
+
+
 def masked(error: GraphQLError, statement_timeout_ms: int) -> GraphQLError:
     """The error as clients see it: the service's own errors as they are (with a code and the request id),
     anything unexpected replaced by a message naming the request id (the original is logged once, by
@@ -81,6 +96,14 @@ def masked(error: GraphQLError, statement_timeout_ms: int) -> GraphQLError:
     original = error.original_error
     rid = request_id.get()
     if original is not None and not isinstance(original, GraphQLError):
+        code = request_error_code(original)
+        if code is not None:
+            message = error.message
+            if code == "OPERATION_NOT_SUPPORTED":
+                message += (" over this transport: send queries over HTTP or graphql-transport-ws, subscriptions "
+                            "over WebSocket (graphql-transport-ws, graphql-ws) or HTTP streams (SSE, multipart)")
+            return GraphQLError(message, nodes=error.nodes, source=error.source, positions=error.positions,
+                                path=error.path, extensions={"code": code, "requestId": rid})
         if isinstance(original, asyncpg.QueryCanceledError):
             message = (f"the query ran longer than the {statement_timeout_ms} ms statement timeout; ask for less "
                        "(smaller first, perPaper or depth) or retry")

@@ -275,14 +275,16 @@ class Query:
         at = info.context.instant(as_of)
         return await _walk(info, _arxiv_id(arxiv_id), direction, depth, per_paper, at, as_of is not None)
 
-    @strawberry.field(description="Full-text search over titles as of the instant, best match first, page by page.")
+    @strawberry.field(description=(
+        "Full-text search over titles as of the instant, best match first, page by page. Null (with an error) "
+        "when the arguments are refused: the rest of the response stays."))
     async def search_papers(
         self, info: Info,
         query: Annotated[str, strawberry.argument(description="Words; quotes and - work as in web search.")],
         first: Annotated[int, strawberry.argument(description="How many, 1 to 100.")] = 10,
         after: Annotated[str | None, strawberry.argument(description="endCursor of the previous page.")] = None,
         as_of: AsOfArg = None,
-    ) -> SearchConnection:
+    ) -> SearchConnection | None:
         from app import cursors
         from loaders.base import charge
         from loaders.papers import search_page
@@ -315,11 +317,11 @@ class Schema(strawberry.Schema):
         """The one place an error is logged (before the masking policy replaces what clients see)."""
         import asyncpg
 
-        from app.pipeline import UNAVAILABLE
+        from app.pipeline import UNAVAILABLE, request_error_code
 
         for error in errors:
             original = error.original_error
-            if original is None or isinstance(original, GraphQLError):
+            if original is None or isinstance(original, GraphQLError) or request_error_code(original) is not None:
                 continue
             if isinstance(original, asyncpg.QueryCanceledError):
                 log.warning("query cancelled (statement timeout) at %s", error.path)

@@ -66,7 +66,8 @@ class Paper(Node):
 
     @strawberry.field(description=(
         "Observations of papers citing this one, ordered by citing arXiv id, reference index, then observation id "
-        "(the record's order). Keyset cursors: any page costs what the first does."))
+        "(the record's order). Keyset cursors: any page costs what the first does. Null (with an error) when "
+        "the paging arguments are refused: the paper stays."))
     def inbound(
         self,
         first: FirstArg = None,
@@ -74,11 +75,13 @@ class Paper(Node):
         last: LastArg = None,
         before: BeforeArg = None,
         status: StatusArg = None,
-    ) -> CitationConnection:
+    ) -> CitationConnection | None:
         request = page_request(self.arxiv_id, "in", first, after, last, before, _statuses(status))
         return CitationConnection(request=request, direction="in", as_of=self.as_of, pinned=self.pinned)
 
-    @strawberry.field(description="This paper's references, ordered by reference index, then observation id.")
+    @strawberry.field(description=(
+        "This paper's references, ordered by reference index, then observation id. Null (with an error) when the "
+        "paging arguments are refused: the paper stays."))
     def outbound(
         self,
         first: FirstArg = None,
@@ -89,7 +92,7 @@ class Paper(Node):
         cites_retracted: Annotated[bool | None, strawberry.argument(description=(
             "true: only references to works whose latest retraction, withdrawal or reinstatement event is a "
             "retraction or withdrawal; false: only the others."))] = None,
-    ) -> CitationConnection:
+    ) -> CitationConnection | None:
         request = page_request(self.arxiv_id, "out", first, after, last, before, _statuses(status), cites_retracted)
         return CitationConnection(request=request, direction="out", as_of=self.as_of, pinned=self.pinned)
 
@@ -111,7 +114,7 @@ class Paper(Node):
         "first: a new citation or reference, a resolution, a cited work's metadata or standing, a "
         "measurement, a new snapshot of this paper or of a paper shown in the record. Whole seconds; the "
         "thesis date turning over at midnight is not a change. A page costs the same few statements "
-        "whatever its size."))
+        "whatever its size. Null (with an error) when the arguments are refused."))
     async def timeline(
         self, info: Info,
         from_: Annotated[datetime | None, strawberry.argument(
@@ -120,7 +123,7 @@ class Paper(Node):
             description="The latest instant, not before `from` (default: this paper's instant).")] = None,
         first: Annotated[int, strawberry.argument(description="How many entries, 1 to 100.")] = 100,
         after: Annotated[str | None, strawberry.argument(description="endCursor of the previous page.")] = None,
-    ) -> Annotated["TimelineConnection", strawberry.lazy("app.types.timeline")]:
+    ) -> Annotated["TimelineConnection", strawberry.lazy("app.types.timeline")] | None:
         from app.types.timeline import timeline_page
 
         return await timeline_page(info.context, self.arxiv_id, self.as_of, from_, to, first, after)

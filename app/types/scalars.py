@@ -43,6 +43,7 @@ DATETIME = strawberry.scalar(
     name="DateTime",
     description=("An instant in ISO 8601 with a time zone, e.g. 2026-08-05T04:52:00Z. Results are in UTC with Z; "
                  "inputs are truncated to whole seconds."),
+    specified_by_url="https://scalars.graphql.org/andimarek/date-time.html",
     serialize=_serialize,
     parse_value=_parse,
 )
@@ -50,6 +51,7 @@ DATETIME = strawberry.scalar(
 JSON_SCALAR = strawberry.scalar(
     name="JSON",
     description="A JSON value, as is.",
+    specified_by_url="https://www.rfc-editor.org/rfc/rfc8259",
     serialize=lambda v: v,
     parse_value=lambda v: v,
 )
