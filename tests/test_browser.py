@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -19,8 +20,9 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(scope="module")
-def browser():
+@contextmanager
+def open_browser():
+    """Headless Chromium that can reach 127.0.0.1 and nothing else."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -36,8 +38,16 @@ def browser():
     driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
     driver.set_page_load_timeout(30)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    yield driver
-    driver.quit()
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with open_browser() as driver:
+        yield driver
 
 
 def shot(driver, name: str) -> Path:

@@ -44,8 +44,14 @@ GRAPHIQL = """<!doctype html>
 <script src="/static/vendor/react.production.min.js"></script>
 <script src="/static/vendor/react-dom.production.min.js"></script>
 <script src="/static/vendor/graphiql.min.js"></script>
+<script src="/static/vendor/graphql-ws.min.js"></script>
 <script>
-  const fetcher = GraphiQL.createFetcher({ url: "/graphql" });
+  // Queries over HTTP; subscriptions over graphql-transport-ws on the same server, connected when first used.
+  const wsUrl = new URL("/graphql", location.href).href.replace(/^http/, "ws");
+  const fetcher = GraphiQL.createFetcher({
+    url: "/graphql",
+    wsClient: graphqlWs.createClient({ url: wsUrl, lazy: true, retryAttempts: 3 }),
+  });
   const root = ReactDOM.createRoot(document.getElementById("graphiql"));
   root.render(React.createElement(GraphiQL, {
     fetcher,
