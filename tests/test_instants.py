@@ -3,7 +3,7 @@ node(id:) answers each as of its own instant."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime
 
 import asyncpg
 import pytest
