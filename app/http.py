@@ -269,8 +269,9 @@ def _document(query: str) -> Any:
 
 
 def pins_every_instant(query: str, operation_name: str | None, variables: dict[str, Any] | None) -> bool:
-    """Whether every root field of the operation to run has an asOf (a literal, or a variable given a value)."""
-    from graphql import FieldNode, VariableNode
+    """Whether every root field of the operation to run is pinned to an instant: an asOf (a literal, or a
+    variable given a value), or node/nodes with ids that each name an instant (app.types.node)."""
+    from graphql import FieldNode, VariableNode, value_from_ast_untyped
 
     document = _document(query)
     if document is None:
@@ -285,12 +286,34 @@ def pins_every_instant(query: str, operation_name: str | None, variables: dict[s
     for field in roots:
         if field.name.value == "__typename":
             continue
+        if field.name.value in ("node", "nodes"):
+            if not _ids_name_instants(field, variables, value_from_ast_untyped):
+                return False
+            continue
         value = next((a.value for a in field.arguments or () if a.name.value == "asOf"), None)
         if value is None or value.kind == "null_value":
             return False
         if isinstance(value, VariableNode) and (variables or {}).get(value.name.value) is None:
             return False
     return True
+
+
+def _ids_name_instants(field: Any, variables: dict[str, Any] | None, value_of: Any) -> bool:
+    from app.timeparse import BadInput
+    from app.types.node import parse_global_id
+
+    given = next((a.value for a in field.arguments or () if a.name.value in ("id", "ids")), None)
+    if given is None:
+        return False
+    try:
+        ids = value_of(given, variables or {})
+    except Exception:  # noqa: BLE001 - not a value: execution reports it
+        return False
+    ids = ids if isinstance(ids, list) else [ids]
+    try:
+        return bool(ids) and all(parse_global_id(i).pinned is not None for i in ids)
+    except BadInput:
+        return False
 
 
 def get_validator(version: int, params: "GraphQLParams", query: str, media: str | None) -> str:

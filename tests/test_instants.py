@@ -121,3 +121,17 @@ async def test_the_compiled_statement_writes_the_same_ids(travel):
         assert len(travel.statements.counted) > 1
         assert one["data"] == two["data"] and "errors" not in one
         assert ("@" in decode_token(one["data"]["paper"]["id"])) is (at is not None)
+
+
+async def test_a_get_of_nodes_that_name_instants_is_cacheable_and_one_that_names_none_is_not(travel):
+    import json
+
+    feb = (await travel.graphql(PAPER, {"id": ROOT, "asOf": FEB}))["data"]["paper"]["id"]
+    now = (await travel.graphql(PAPER, {"id": ROOT}))["data"]["paper"]["id"]
+    query = "query($ids: [ID!]!) { nodes(ids: $ids) { id } }"
+    for ids, public in (([feb], True), ([feb, now], False)):
+        response = await travel.client.get("/graphql", params={"query": query, "variables": json.dumps({"ids": ids})})
+        assert response.status_code == 200 and response.json()["data"]["nodes"][0]["id"] == feb
+        assert response.headers["cache-control"].startswith("public") is public, response.headers
+    literal = await travel.client.get("/graphql", params={"query": '{ node(id: "%s") { id } }' % feb})
+    assert literal.headers["cache-control"].startswith("public")
