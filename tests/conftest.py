@@ -335,3 +335,17 @@ def live(database_url: str):
     server = LiveServer(database_url)
     yield server
     server.stop()
+
+
+def npm_install(folder: Path, installed: Path, what: str) -> None:
+    """The npm packages of a test folder (pinned in its package.json), installed once; skip without npm."""
+    import shutil
+    import subprocess
+
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        pytest.skip(f"needs Node.js and npm ({what} are npm packages); .ci/run has them")
+    if not installed.exists():
+        done = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--loglevel=error"], cwd=folder,
+                              capture_output=True, text=True, timeout=600)
+        if done.returncode != 0:
+            pytest.skip(f"npm could not install {what}: {done.stderr[-500:]}")

@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, npm_install
 
 AUDIT = ROOT / "tests" / "audit"
 
 
 @pytest.fixture(scope="module")
 def audit_installed() -> None:
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        pytest.skip("needs Node.js and npm (the audit is an npm package); .ci/run has them")
-    if not (AUDIT / "node_modules" / "graphql-http").exists():
-        done = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--loglevel=error"], cwd=AUDIT,
-                              capture_output=True, text=True, timeout=300)
-        if done.returncode != 0:
-            pytest.skip(f"npm could not install the audit: {done.stderr[-500:]}")
+    npm_install(AUDIT, AUDIT / "node_modules" / "graphql-http", "the audit")
 
 
 def test_graphql_over_http_audit_passes_with_no_error_and_no_warning(live, audit_installed):

@@ -25,7 +25,7 @@ import pytest
 import pytest_asyncio
 
 from app.ingest.store import load_file
-from tests.conftest import AUG9, ROOT, SEED, LiveServer, create_database, drop_database
+from tests.conftest import AUG9, ROOT, SEED, LiveServer, create_database, drop_database, npm_install
 from tests.graphs import BASE, citers_at, time_travel
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -43,13 +43,7 @@ def _at(text: str) -> datetime:
 
 @pytest.fixture(scope="module")
 def npm_installed() -> None:
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        pytest.skip("needs Node.js and npm (the clients are npm packages); .ci/run has them")
-    if not (CLIENTS / "node_modules" / ".package-lock.json").exists():
-        done = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--loglevel=error"], cwd=CLIENTS,
-                              capture_output=True, text=True, timeout=600)
-        if done.returncode != 0:
-            pytest.skip(f"npm could not install the clients: {done.stderr[-500:]}")
+    npm_install(CLIENTS, CLIENTS / "node_modules" / ".package-lock.json", "the clients")
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
