@@ -15,6 +15,7 @@ from pathlib import Path
 
 import asyncpg
 
+from app.db.pool import connect
 from app.settings import Settings, redact_url
 
 log = logging.getLogger("pith")
@@ -35,7 +36,7 @@ async def _migrate(dsn: str) -> list[str]:
     """Apply pending migrations; with none pending, write nothing (a read-only role can serve)."""
     from app.db.migrate import migrate, pending
 
-    conn = await asyncpg.connect(dsn)
+    conn = await connect(dsn)
     try:
         if not await pending(conn):
             return []
@@ -52,7 +53,7 @@ def sample_files() -> list[str]:
 async def _load(dsn: str, paths: list[str], quiet: bool = False) -> int:
     from app.ingest.store import ImportRejected, load_file
 
-    conn = await asyncpg.connect(dsn, server_settings={"application_name": "pith-graph load"})
+    conn = await connect(dsn, server_settings={"application_name": "pith-graph load"})
     failed = 0
     try:
         for path in paths:
@@ -71,14 +72,30 @@ async def _load(dsn: str, paths: list[str], quiet: bool = False) -> int:
 
 
 async def _is_empty(dsn: str) -> bool:
-    conn = await asyncpg.connect(dsn)
+    conn = await connect(dsn)
     try:
         return not await conn.fetchval("SELECT EXISTS (SELECT 1 FROM paper_snapshots)")
     finally:
         await conn.close()
 
 
+def _metrics_folder() -> None:
+    """Prometheus' multiprocess mode for every worker: a fresh folder, set before the client is imported
+    (it picks its value store then), removed at exit. One given in PROMETHEUS_MULTIPROC_DIR is used
+    as it is (it must be empty when the server starts)."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return
+    import atexit
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="pith-metrics-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = folder
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+
+
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    _metrics_folder()
     import uvicorn
 
     from app.main import create_app
@@ -89,7 +106,8 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     # embedded server's exit handler stop PostgreSQL; uvicorn re-raises SIGTERM after its shutdown.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     dsn = _database_url(settings)
-    applied = asyncio.run(_migrate(dsn))
+    # The migrations' lock is a session's: on the direct connection when the pool goes through a pooler.
+    applied = asyncio.run(_migrate(settings.listen_database_url or dsn))
     if applied:
         log.info("applied migrations: %s", ", ".join(applied))
     if not settings.database_url and asyncio.run(_is_empty(dsn)):
@@ -173,7 +191,7 @@ async def _record_bytes(conn: asyncpg.Connection, arxiv_ids: list[str], as_of: d
 
 
 async def _export(dsn: str, arxiv_id: str, as_of: datetime, uncapped: bool) -> bytes | None:
-    conn = await asyncpg.connect(dsn)
+    conn = await connect(dsn)
     try:
         (data,) = await _record_bytes(conn, [arxiv_id], as_of, uncapped)
     finally:
@@ -191,7 +209,7 @@ def cmd_synth(args: argparse.Namespace, settings: Settings) -> int:
     asyncio.run(_migrate(dsn))
 
     async def run() -> None:
-        conn = await asyncpg.connect(dsn, server_settings={"application_name": "pith-graph synth"})
+        conn = await connect(dsn, server_settings={"application_name": "pith-graph synth"})
         try:
             result = await write_synthetic(conn, args.papers, args.seed)
         finally:
@@ -220,7 +238,7 @@ def cmd_dump(args: argparse.Namespace, settings: Settings) -> int:
 
 async def _dump(dsn: str, path: str, as_of: datetime) -> int:
     """Every paper's uncapped record, one per line: what `load` reads back."""
-    conn = await asyncpg.connect(dsn)
+    conn = await connect(dsn)
     count = 0
     try:
         ids = [r["arxiv_id"] for r in await conn.fetch(
@@ -268,7 +286,7 @@ async def _graph_export(dsn: str, args: argparse.Namespace, as_of: datetime, roo
     from app.ingest.bulk import Progress
     from loaders.graph import Graph
 
-    conn = await asyncpg.connect(dsn, server_settings={"application_name": "pith-graph graph-export"})
+    conn = await connect(dsn, server_settings={"application_name": "pith-graph graph-export"})
     try:
         async with conn.transaction(isolation="repeatable_read", readonly=True):
             graph = Graph(conn, as_of)
@@ -314,7 +332,7 @@ async def _keys(dsn: str, args: argparse.Namespace) -> int:
     from app import governor
 
     await _migrate(dsn)
-    conn = await asyncpg.connect(dsn)
+    conn = await connect(dsn)
     try:
         if args.action == "create":
             try:

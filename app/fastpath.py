@@ -37,10 +37,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from strawberry.types import ExecutionResult
 
 from app.compiled import Compiled, answer, arguments, compiled_for
+from app import metrics
+from app.db.pool import StatementTimeout
 from app.cost import Price, _parsed, actual_units, document_parts, operation_price, refusal
 from app.governor import RateLimited, Unauthenticated, rate_limit_headers
 from app.errors import deadline_error
-from app.pipeline import cost_extension, settle
+from app.pipeline import cost_extension, masked, report, settle
 from app.http import response_media_type
 from app.limits import MAX_TOKENS
 from app.timeparse import now_as_of, parse_as_of
@@ -162,7 +164,7 @@ class PreparedFastPath:
             self._media[accept] = response_media_type(text)
         return self._media[accept]
 
-    def _plan(self, body: bytes) -> tuple[Compiled, list[Any], list[bool], Price] | None:
+    def _plan(self, body: bytes) -> tuple[Compiled, list[Any], list[bool], Price, str | None] | None:
         """The prepared statement and its arguments for this body, or None when the full stack must answer."""
         try:
             request = orjson.loads(body)
@@ -198,7 +200,8 @@ class PreparedFastPath:
                           lambda as_of: now_as_of() if as_of is None else parse_as_of(as_of))
         if given is None:
             return None
-        return prepared.compiled, given[0], given[1], price
+        name = prepared.operation.name.value if prepared.operation.name is not None else None
+        return prepared.compiled, given[0], given[1], price, name
 
     async def _answer(self, body: bytes, media: str, scope: Scope, receive: Receive, send: Send) -> bool:
         """Answer the request and say True, or say False (nothing sent) for the full stack to answer it."""
@@ -208,7 +211,7 @@ class PreparedFastPath:
             return False
         if planned is None:
             return False
-        compiled, args, afters, price = planned
+        compiled, args, afters, price, operation = planned
         pool = self.state.read_pool()
         if pool is None:
             return False
@@ -222,7 +225,9 @@ class PreparedFastPath:
             return False
         statements = 0
         rows: Any = None
-        deadline = self.state.settings.request_timeout
+        settings = self.state.settings
+        # One statement without a transaction: its timeout is asyncpg's timer (cancelled in PostgreSQL).
+        deadline = min(settings.request_timeout or float("inf"), settings.statement_timeout_ms / 1000)
         try:
             # With a connection idle the pool hands it over at once; only a wait for one needs the bound
             # (asyncpg's acquire timeout costs a twentieth of a small answer). The deadline is the
@@ -233,7 +238,13 @@ class PreparedFastPath:
                 rows = await conn.fetch(compiled.sql, *args, timeout=deadline)
             result = ExecutionResult(data=answer(compiled, rows, afters), errors=None)
         except TimeoutError:
-            result = ExecutionResult(data=None, errors=[deadline_error(self.state.settings.request_timeout)])
+            if settings.request_timeout is not None and deadline >= settings.request_timeout:
+                result = ExecutionResult(data=None, errors=[deadline_error(settings.request_timeout)])
+            else:  # the statement's own timeout, answered as the full stack answers it
+                error = located_error(StatementTimeout(f"statement ran past {settings.statement_timeout_ms} ms"),
+                                      [compiled.field], [compiled.response_key])
+                self.state.schema.process_errors([error])
+                result = ExecutionResult(data={compiled.response_key: None}, errors=[error])
         except Exception as exc:  # noqa: BLE001 - as graphql-core treats a failing nullable root field
             error = located_error(exc, [compiled.field], [compiled.response_key])
             self.state.schema.process_errors([error])
@@ -242,6 +253,9 @@ class PreparedFastPath:
         settle(governor, ticket, actual)
         result.extensions = {"cost": cost_extension(price, actual, _Statements(statements))}
         self.state.prepared.answered += 1
+        metrics.PREPARED.inc()
+        report(operation, [masked(e, 0).extensions.get("code") for e in result.errors or ()], statements, actual,
+               ticket.points)
         if result.errors is None:
             small = _small_answer(result, media, rate_limit_headers(governor.status(client)))
             if small is not None:  # what the response below sends for it, without building one

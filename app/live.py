@@ -17,11 +17,13 @@ import binascii
 import contextlib
 import logging
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 
 import asyncpg
 
 from app.cursors import decode_token, encode_token
+from app.db.pool import connect
 from app.limits import MAX_SUBSCRIBERS, MAX_SUBSCRIPTIONS_PER_CLIENT
 
 log = logging.getLogger("pith.live")
@@ -150,7 +152,7 @@ class Hub:
         while True:
             conn: asyncpg.Connection | None = None
             try:
-                conn = await asyncpg.connect(self.dsn, timeout=5,
+                conn = await connect(self.dsn, timeout=5,
                                              server_settings={"application_name": "pith-graph live"})
                 lost = asyncio.Event()
                 conn.add_termination_listener(lambda *_: lost.set())
@@ -187,6 +189,12 @@ class Hub:
             for row in rows:
                 self._dispatch(row)
                 self.position = row["position"]
+            if rows:
+                from app import metrics
+
+                lag = datetime.now(timezone.utc) - rows[-1]["committed_at"]
+                metrics.CHANGE_LAG.set(max(0.0, lag.total_seconds()))
+                metrics.IMPORTS.set(await conn.fetchval("SELECT version FROM data_version"))
             if len(rows) < 5000:
                 return
 

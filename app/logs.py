@@ -1,4 +1,11 @@
-"""Logging: plain text, or one JSON object a line with PITH_LOG_FORMAT=json; every line carries the request id."""
+"""Logging: plain text, or one JSON object a line with PITH_LOG_FORMAT=json; every line carries the request id.
+
+An access line has the request's facts: who asked (the address, through trusted proxies, and the key's
+name), what (method, path, the GraphQL operation), the answer (status, bytes, duration) and its cost
+(work units, points, statements). In JSON they are fields of the line; in text they follow the
+message. Text lines escape control characters, so no input (a path with an encoded newline) can start
+a line of its own.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +13,29 @@ import contextvars
 import json
 import logging
 import sys
+from datetime import datetime, timezone
+from typing import Any
 
 request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
+# What the layers below the access log learn about the request (client, operation, cost), for its line.
+request_facts: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("request_facts", default=None)
+
+ACCESS_FIELDS = ("client", "key", "method", "path", "status", "duration_ms", "bytes", "operation", "outcome", "cost",
+                 "points", "statements")
+
+
+def note(**facts: Any) -> None:
+    """Add facts to the current request's access line (nothing outside a request)."""
+    found = request_facts.get()
+    if found is not None:
+        found.update(facts)
+
+
+def escaped(text: str) -> str:
+    """The text with control characters (newlines included) written as escapes."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 class _RequestIdFilter(logging.Filter):
@@ -19,26 +47,39 @@ class _RequestIdFilter(logging.Filter):
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         entry = {
-            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
+            "time": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds")
+                    .replace("+00:00", "Z"),
             "level": record.levelname.lower(),
             "logger": record.name,
             "request_id": getattr(record, "request_id", "-"),
             "pid": record.process,
             "message": record.getMessage(),
         }
+        access = getattr(record, "access", None)
+        if access:
+            entry.update(access)
         if record.exc_info:
             entry["error"] = self.formatException(record.exc_info)
-        return json.dumps(entry, ensure_ascii=False)
+        return json.dumps(entry, ensure_ascii=False, default=str)
+
+
+class TextFormatter(logging.Formatter):
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(process)d %(levelname)s %(name)s [%(request_id)s] %(message)s")
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
+        record.message = escaped(record.message)
+        access = getattr(record, "access", None)
+        if access:
+            record.message += "".join(f" {k}={escaped(str(v))}" for k, v in access.items()
+                                      if v is not None and k not in ("method", "path", "status", "duration_ms"))
+        return super().formatMessage(record)
 
 
 def configure_logging(fmt: str = "text", verbose: bool = False) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(_RequestIdFilter())
-    if fmt == "json":
-        handler.setFormatter(JsonFormatter())
-    else:
-        handler.setFormatter(logging.Formatter(
-            "%(asctime)s %(process)d %(levelname)s %(name)s [%(request_id)s] %(message)s"))
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.DEBUG if verbose else logging.INFO)

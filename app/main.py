@@ -29,13 +29,14 @@ from strawberry.types.graphql import OperationType
 from app.context import Context
 from app.cost import DataScale
 from app.governor import Client, Governor, parse_networks, rate_limit_headers
-from app.db.pool import Session, create_pool
+from app.db.pool import Session, StatementTimeout, connect, create_pool
 from app.fastpath import GZIP_LEVEL, GZIP_MINIMUM, PreparedFastPath, PreparedOperations
 from app.cors import Cors
 from app.http import GRAPHQL_PATH, error_response
 from app.limits import MAX_BODY_BYTES, MAX_QUERY_STRING_BYTES, MAX_SUBSCRIPTIONS_PER_CONNECTION, MAX_VARIABLES_BYTES
 from app.live import Hub
-from app.logs import request_id
+from app import metrics
+from app.logs import note, request_facts, request_id
 from app.persisted import PersistedDocuments, PersistedQueryError, load_manifest, requested_hash
 from app.limits import RETRY_AFTER_SECONDS
 from app.pipeline import UNAVAILABLE
@@ -74,11 +75,16 @@ class RequestIdMiddleware:
 
         started = time.monotonic()
         status = 0
+        sent = 0
+        facts: dict[str, Any] = {}
+        facts_token = request_facts.set(facts)
 
         async def send_logged(message: dict) -> None:
-            nonlocal status
+            nonlocal status, sent
             if message["type"] == "http.response.start":
                 status = message["status"]
+            elif message["type"] == "http.response.body":
+                sent += len(message.get("body", b""))
             await send_with_id(message)
 
         try:
@@ -91,9 +97,42 @@ class RequestIdMiddleware:
                 response = transport_error(500, f"internal error (request id {rid})", "INTERNAL_SERVER_ERROR")
                 await response(scope, receive, send_logged)
         finally:
-            access.info("%s %s %s %.1fms", scope["method"], scope["path"], status,
-                        (time.monotonic() - started) * 1000)
+            elapsed = time.monotonic() - started
+            metrics.record_request(route_of(scope), status, elapsed)
+            if access.isEnabledFor(logging.INFO):
+                client = facts.pop("client", None)
+                fields = {"client": client.address if client is not None else _peer(scope),
+                          "key": getattr(client, "key_name", None), "method": scope["method"],
+                          "path": scope["path"], "status": status, "duration_ms": round(elapsed * 1000, 1),
+                          "bytes": sent, **facts}
+                access.info("%s %s %s %.1fms", scope["method"], scope["path"], status, elapsed * 1000,
+                            extra={"access": fields})
+            request_facts.reset(facts_token)
             request_id.reset(token)
+
+
+def _peer(scope: Scope) -> str | None:
+    """The address a request came from, for a request no handler identified (through trusted proxies)."""
+    peer = scope.get("client")
+    state = getattr(scope.get("app"), "state", None)
+    governor = getattr(getattr(state, "pith", None), "governor", None)
+    if governor is not None and governor.trusted:
+        from app.governor import client_address
+
+        return client_address(peer[0] if peer else None, dict(scope["headers"]), governor.trusted)
+    return peer[0] if peer else None
+
+
+def route_of(scope: Scope) -> str:
+    """The route template a request matched (a bounded label), `other` when none did."""
+    from starlette.routing import Match
+
+    app = scope.get("app")
+    for route in getattr(app, "routes", ()):
+        matched, _ = route.matches(scope)
+        if matched is Match.FULL:
+            return getattr(route, "path", "other")
+    return "other"
 
 
 class BodyLimitAndCancelOnDisconnect:
@@ -176,7 +215,8 @@ class App:
     """Holds what the handlers share: settings, the pool, the schema."""
 
     def __init__(self, settings: Settings, dsn: str,
-                 pool_init: Callable[[asyncpg.Connection], Awaitable[None]] | None = None) -> None:
+                 pool_init: Callable[[asyncpg.Connection], Awaitable[None]] | None = None,
+                 tracer_provider: Any = None) -> None:
         self.settings = settings
         self.dsn = dsn
         self.pool_init = pool_init
@@ -186,13 +226,15 @@ class App:
         self._next_replica = 0
         self.scale = DataScale()
         self.schema = make_schema(introspection=settings.introspection, production=settings.production,
-                                  scale=self.scale, statement_timeout_ms=settings.statement_timeout_ms)
+                                  scale=self.scale, statement_timeout_ms=settings.statement_timeout_ms,
+                                  tracer_provider=tracer_provider)
         self.governor = Governor(lambda: self.pool, anonymous_points_per_hour=settings.anonymous_points_per_hour,
                                  trusted_proxies=parse_networks(settings.trusted_proxies),
                                  heavy_slots=settings.heavy_slots)
         manifest = load_manifest(settings.persisted_documents) if settings.persisted_documents else None
         self.persisted = PersistedDocuments(manifest, only=settings.persisted_only)
         self.prepared = PreparedOperations()
+        self.waiting = 0  # sessions waiting for a pool connection (the metrics' waiting state)
 
     def context(self, session: Session, client: Client | None, **more: Any) -> Context:
         """A request's context: its session, who asks, and its deadline (from now)."""
@@ -215,13 +257,22 @@ class App:
         pool = self.read_pool()
         if pool is None:
             raise ConnectionError("the database pool is not open")
-        return Session.from_pool(pool)
+        async def acquire() -> asyncpg.Connection:
+            self.waiting += 1
+            try:
+                return await pool.acquire(timeout=5.0)
+            finally:
+                self.waiting -= 1
+
+        return Session(acquire, pool.release, self.settings.statement_timeout_ms)
 
     # --- GraphQL -----------------------------------------------------------------------------------
 
     async def identify(self, scope: Scope) -> Client:
         """The client of an HTTP or WebSocket request (Unauthenticated for a bad key)."""
-        return await self.governor.of_scope(scope)
+        client = await self.governor.of_scope(scope)
+        note(client=client)
+        return client
 
     async def graphql(self, request: Request) -> Response:
         """GraphQL over HTTP, as the GraphQL-over-HTTP specification says (see app/http.py)."""
@@ -247,7 +298,11 @@ class App:
                                                  "POST large queries", "PAYLOAD_TOO_LARGE")
             from app.web.routes import wants_html
 
-            if request.method == "GET" and wants_html(request):
+            if request.method == "GET" and wants_html(request) and (
+                    self.settings.graphiql or "query" not in request.query_params):
+                if not self.settings.graphiql:
+                    return http.transport_error(404, "GraphiQL is off (PITH_ENV=production; PITH_GRAPHIQL=1 turns "
+                                                     "it on); send GraphQL requests to this URL", "NOT_FOUND")
                 from app.web.pages import graphiql_page
 
                 return graphiql_page(request, request.query_params.get("query"))
@@ -364,7 +419,7 @@ class App:
         """Read the data's scale on a connection of its own (not one of the pool's: no request waits on it)."""
         from app.cost import data_scale
 
-        conn = await asyncpg.connect(self.dsn, timeout=5, server_settings={"application_name": "pith-graph-scale"})
+        conn = await connect(self.dsn, timeout=5, server_settings={"application_name": "pith-graph-scale"})
         try:
             self.scale.current = await data_scale(conn)
         finally:
@@ -380,6 +435,33 @@ class App:
 
     async def healthz(self, request: Request) -> Response:
         return JSONResponse({"status": "ok"})
+
+    def operator(self, request: Request) -> bool:
+        """An operator asks: from loopback, or with `Authorization: Bearer $PITH_METRICS_TOKEN`."""
+        import hmac
+
+        peer = request.scope.get("client")
+        if peer and peer[0] in ("127.0.0.1", "::1", "localhost"):
+            return True
+        token = self.settings.metrics_token
+        given = request.headers.get("authorization", "")
+        return bool(token) and hmac.compare_digest(given.encode(), f"Bearer {token}".encode())
+
+    async def metrics(self, request: Request) -> Response:
+        """Prometheus metrics of every worker process (app.metrics), for operators only."""
+        if not self.operator(request):
+            return error_response(403, "metrics are answered to loopback or to Authorization: Bearer "
+                                       "$PITH_METRICS_TOKEN", request.url.path)
+        body, media = metrics.exposition()
+        return Response(body, media_type=media)
+
+    async def sample(self) -> None:
+        """This process's gauges, every second: the pools and the subscriptions (no statement: the change
+        listener reads the import counter, app.live)."""
+        while True:
+            metrics.sample_pool([self.pool, *self.replicas], self.waiting)
+            metrics.SUBSCRIPTIONS.set(self.hub.count if self.hub else 0)
+            await asyncio.sleep(1)
 
     async def readyz(self, request: Request) -> Response:
         from app.db.migrate import pending
@@ -408,6 +490,8 @@ class App:
         if replicas and not any(r["reachable"] for r in replicas):
             return JSONResponse({"status": "unavailable", "database": "reachable", "replicas": replicas},
                                 status_code=503, headers={"Retry-After": RETRY_AFTER_SECONDS})
+        if self.settings.production and not self.operator(request):  # the figures are for operators
+            return JSONResponse({"status": "ready", "database": "reachable"})
         return JSONResponse({"status": "ready", "database": "reachable", "pending_migrations": [],
                              "replicas": replicas, "pool": pool_figures(self.pool),
                              "prepared": {"documents": len(self.prepared.table),
@@ -417,7 +501,9 @@ class App:
 
 
 def create_app(settings: Settings | None = None, dsn: str | None = None, *,
-               pool_init: Callable[[asyncpg.Connection], Awaitable[None]] | None = None) -> Starlette:
+               pool_init: Callable[[asyncpg.Connection], Awaitable[None]] | None = None,
+               tracer_provider: Any = None) -> Starlette:
+    """The application; with `tracer_provider` (or OTEL_* variables asking for traces, app.tracing) traced."""
     settings = settings or Settings.from_env()
     if not logging.getLogger().handlers:  # a worker process (--workers N) starts with no logging of its own
         from app.logs import configure_logging
@@ -428,7 +514,11 @@ def create_app(settings: Settings | None = None, dsn: str | None = None, *,
     dsn = dsn or settings.database_url
     if not dsn:
         raise ValueError("no database: set DATABASE_URL or use `pith-graph serve` for the embedded server")
-    state = App(settings, dsn, pool_init)
+    if tracer_provider is None:
+        from app.tracing import provider_from_env
+
+        tracer_provider = provider_from_env()
+    state = App(settings, dsn, pool_init, tracer_provider)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -436,13 +526,14 @@ def create_app(settings: Settings | None = None, dsn: str | None = None, *,
         state.replicas = [await create_pool(settings, url, init=pool_init) for url in settings.replica_urls]
         # Live changes are read from the primary: the change log is appended there, and a replica may
         # not have replayed a notified position yet.
-        state.hub = Hub(dsn, per_owner=settings.subscriptions_per_client)
+        state.hub = Hub(settings.listen_database_url or dsn, per_owner=settings.subscriptions_per_client)
         await state.hub.start()
         try:  # prices are known before the first request; refreshed every 5 minutes after
             await asyncio.wait_for(state.refresh_scale_once(), 10)
         except Exception as exc:  # noqa: BLE001 - the defaults price conservatively
             log.warning("data scale not read (%s): prices assume %s", type(exc).__name__, state.scale.current)
         scale_task = asyncio.create_task(state.refresh_scale(), name="pith-data-scale")
+        sample_task = asyncio.create_task(state.sample(), name="pith-metrics")
         if settings.gc_freeze:
             # What start-up built (schema, modules, pools) lives as long as the process: moved out of
             # the collector's generations, full collections no longer walk it (they were the p99).
@@ -456,7 +547,9 @@ def create_app(settings: Settings | None = None, dsn: str | None = None, *,
         finally:
             gc.set_threshold(*thresholds)
             scale_task.cancel()
-            await asyncio.gather(scale_task, return_exceptions=True)
+            sample_task.cancel()
+            await asyncio.gather(scale_task, sample_task, return_exceptions=True)
+            metrics.process_exits()
             await state.hub.stop()
             pools, state.pool, state.replicas = [state.pool, *state.replicas], None, []
             for pool in pools:
@@ -470,10 +563,15 @@ def create_app(settings: Settings | None = None, dsn: str | None = None, *,
         Route("/graphql", GraphQLEndpoint(graphql_http.app, live), methods=["GET", "POST"]),
         WebSocketRoute("/graphql", live),
         Route("/healthz", state.healthz),
+        Route("/metrics", state.metrics),
         Route("/readyz", state.readyz),
         *web_routes.routes(state),
     ]
     middleware = [Middleware(RequestIdMiddleware)]
+    if tracer_provider is not None:  # the request's server span encloses everything else
+        from app.tracing import tracing_middleware
+
+        middleware.insert(0, tracing_middleware(tracer_provider))
     middleware.append(Middleware(Cors, origins=settings.cors_origins, headers=settings.cors_headers))
     if settings.prepared_fast_path:
         middleware.append(Middleware(PreparedFastPath, state=state, path=GRAPHQL_PATH, max_body=MAX_BODY_BYTES,
@@ -485,6 +583,7 @@ def create_app(settings: Settings | None = None, dsn: str | None = None, *,
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan,
                     exception_handlers={Exception: _unhandled, 404: web_routes.not_found, 405: web_routes.not_found,
                                         asyncpg.QueryCanceledError: _unavailable,
+                                        asyncpg.PostgresError: _unavailable, StatementTimeout: _unavailable,
                                         **{e: _unavailable for e in UNAVAILABLE}})
     app.state.pith = state
     return app

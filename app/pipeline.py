@@ -14,6 +14,7 @@ from graphql import GraphQLError
 from strawberry.extensions import MaskErrors, SchemaExtension
 from strawberry.types import ExecutionResult
 
+from app.db.pool import StatementTimeout
 from app.cost import DataScale, Price, _parsed, _plan, _validated, actual_units, operation_price, refusal
 from app.errors import OperationError, deadline_error
 from app.governor import RateLimited, Ticket
@@ -74,6 +75,11 @@ UNAVAILABLE = (
 )
 
 
+# A statement cancelled at PITH_STATEMENT_TIMEOUT_MS: by PostgreSQL (SET LOCAL statement_timeout in a
+# transaction) or by asyncpg's timer (a statement run on its own).
+STATEMENT_TIMEOUTS = (asyncpg.QueryCanceledError, StatementTimeout)
+
+
 def request_error_code(original: BaseException | None) -> str | None:
     """The code of a request Strawberry refuses before execution (an operation of a type the transport
     does not carry, none to choose, no query): the client's error, told as it is; None for others."""
@@ -104,12 +110,16 @@ def masked(error: GraphQLError, statement_timeout_ms: int) -> GraphQLError:
                             "over WebSocket (graphql-transport-ws, graphql-ws) or HTTP streams (SSE, multipart)")
             return GraphQLError(message, nodes=error.nodes, source=error.source, positions=error.positions,
                                 path=error.path, extensions={"code": code, "requestId": rid})
-        if isinstance(original, asyncpg.QueryCanceledError):
+        if isinstance(original, STATEMENT_TIMEOUTS):
             message = (f"the query ran longer than the {statement_timeout_ms} ms statement timeout; ask for less "
                        "(smaller first, perPaper or depth) or retry")
             code = "SERVICE_UNAVAILABLE"
         elif isinstance(original, UNAVAILABLE):
             message, code = "the database is unavailable; retry shortly", "SERVICE_UNAVAILABLE"
+        elif isinstance(original, asyncpg.PostgresError):
+            # Whatever else the database answered (a pooler that lost a prepared statement, a table gone
+            # under a running server): the service cannot answer, a 503 to alert on, never a 200.
+            message, code = f"the database could not answer (request id {rid}); retry shortly", "SERVICE_UNAVAILABLE"
         else:
             message, code = f"internal error (request id {rid})", "INTERNAL_SERVER_ERROR"
         return GraphQLError(message, nodes=error.nodes, source=error.source, positions=error.positions,
@@ -166,6 +176,16 @@ def retry_after(errors: list[dict[str, Any]]) -> str | None:
     return None
 
 
+def report(operation: str | None, codes: list[str | None], statements: int, units: int | None,
+           points: int | None) -> None:
+    """An operation's end, as every transport and the prepared path tell it: metrics and the access line."""
+    from app import metrics
+    from app.logs import note
+
+    outcome = metrics.record_operation(operation, codes, statements, units, points)
+    note(operation=operation or "anonymous", outcome=outcome, cost=units, points=points, statements=statements)
+
+
 class RequestPipeline(SchemaExtension):
     """Every stage an operation goes through, for every transport (HTTP, WebSocket, SSE, multipart):
 
@@ -192,6 +212,13 @@ class RequestPipeline(SchemaExtension):
         if getattr(ctx.context, "deadline_each_operation", False):
             ctx.context.restart_deadline()
         yield
+        context = ctx.context
+        result = ctx.result
+        errors = list(getattr(result, "errors", None) or ()) or list(ctx.pre_execution_errors or ())
+        ticket = getattr(context, "ticket", None)
+        report(ctx.operation_name, [masked(e, 0).extensions.get("code") for e in errors],
+               getattr(getattr(context, "session", None), "statements", 0), self.actual,
+               ticket.points if ticket is not None else None)
 
     def on_parse(self):  # type: ignore[override]
         ctx = self.execution_context

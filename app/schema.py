@@ -317,16 +317,19 @@ class Schema(strawberry.Schema):
         """The one place an error is logged (before the masking policy replaces what clients see)."""
         import asyncpg
 
-        from app.pipeline import UNAVAILABLE, request_error_code
+        from app.pipeline import STATEMENT_TIMEOUTS, UNAVAILABLE, request_error_code
 
         for error in errors:
             original = error.original_error
             if original is None or isinstance(original, GraphQLError) or request_error_code(original) is not None:
                 continue
-            if isinstance(original, asyncpg.QueryCanceledError):
+            if isinstance(original, STATEMENT_TIMEOUTS):
                 log.warning("query cancelled (statement timeout) at %s", error.path)
             elif isinstance(original, UNAVAILABLE):
                 log.warning("database unavailable at %s: %s", error.path, type(original).__name__)
+            elif isinstance(original, asyncpg.InvalidSQLStatementNameError):
+                log.error("prepared statement lost at %s: behind a pooler in transaction mode, set "
+                          "PITH_DB_PREPARED_STATEMENTS=0", error.path)
             else:
                 log.error("unexpected error in %s: %s", error.path, type(original).__name__, exc_info=original)
 
@@ -339,7 +342,8 @@ LIMIT_RULES: tuple = (*QueryDepthLimiter(max_depth=MAX_DEPTH).validation_rules,
 
 
 def make_schema(*, introspection: bool = True, production: bool = False, direct: bool = True,
-                compiled: bool = True, scale: Any = None, statement_timeout_ms: int = 10_000) -> strawberry.Schema:
+                compiled: bool = True, scale: Any = None, statement_timeout_ms: int = 10_000,
+                tracer_provider: Any = None) -> strawberry.Schema:
     from functools import partial
 
     from strawberry.extensions import DisableIntrospection
@@ -350,6 +354,10 @@ def make_schema(*, introspection: bool = True, production: bool = False, direct:
                         partial(MaskingPolicy, statement_timeout_ms=statement_timeout_ms)]
     if not introspection:
         extensions.insert(0, DisableIntrospection)
+    if tracer_provider is not None:  # OpenTelemetry (app.tracing): the operation's spans, outermost
+        from app.tracing import graphql_spans
+
+        extensions.insert(0, graphql_spans(tracer_provider))
     from app.execution import CompiledExecutionContext, DirectExecutionContext
 
     from app.types.live import Subscription

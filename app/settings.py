@@ -35,8 +35,14 @@ class Settings:
     cors_origins: tuple[str, ...] = ()
     cors_headers: tuple[str, ...] = ()  # request headers allowed besides app.cors.DEFAULT_HEADERS
     log_format: str = "text"
-    introspection: bool = True
+    introspection: bool = True  # off by default with PITH_ENV=production (PITH_INTROSPECTION=1 turns it on)
+    graphiql: bool = True  # GraphiQL at GET /graphql in a browser; off by default in production
     production: bool = False
+    # Behind a pooler in transaction mode (PgBouncer before 1.21): 0, so asyncpg prepares no named statements.
+    prepared_statements: bool = True
+    # LISTEN needs one session-long connection to the primary: not through a transaction-mode pooler.
+    listen_database_url: str | None = None  # default: DATABASE_URL
+    metrics_token: str | None = None  # /metrics (and /readyz details) for this Bearer token, besides loopback
     gc_freeze: bool = True
     # The collector's first threshold (allocations between young collections). A record allocates
     # tens of thousands of short-lived objects; at Python's 700 it ran a dozen young collections per
@@ -75,8 +81,12 @@ class Settings:
             cors_origins=_split(env.get("PITH_CORS_ORIGINS", "")),
             cors_headers=_split(env.get("PITH_CORS_HEADERS", "")),
             log_format=env.get("PITH_LOG_FORMAT", base.log_format),
-            introspection=env.get("PITH_INTROSPECTION", "1") not in ("0", "false", "no"),
+            introspection=_switch(env, "PITH_INTROSPECTION", env.get("PITH_ENV", "") != "production"),
+            graphiql=_switch(env, "PITH_GRAPHIQL", env.get("PITH_ENV", "") != "production"),
             production=env.get("PITH_ENV", "") == "production",
+            prepared_statements=_switch(env, "PITH_DB_PREPARED_STATEMENTS", True),
+            listen_database_url=env.get("PITH_LISTEN_DATABASE_URL") or None,
+            metrics_token=env.get("PITH_METRICS_TOKEN") or None,
             gc_freeze=env.get("PITH_GC_FREEZE", "1") not in ("0", "false", "no"),
             gc_young_threshold=int(env.get("PITH_GC_YOUNG_THRESHOLD", base.gc_young_threshold)),
             persisted_documents=env.get("PITH_PERSISTED_DOCUMENTS") or None,
@@ -90,6 +100,16 @@ class Settings:
             websockets_per_client=int(env.get("PITH_WEBSOCKETS_PER_CLIENT", base.websockets_per_client)),
             subscriptions_per_client=int(env.get("PITH_SUBSCRIPTIONS_PER_CLIENT", base.subscriptions_per_client)),
         )
+
+
+def _switch(env: dict[str, str], name: str, default: bool) -> bool:
+    """An on/off setting: 0, false, no or off turn it off, 1, true, yes or on turn it on; unset: the default."""
+    given = env.get(name, "").strip().lower()
+    if given in ("0", "false", "no", "off"):
+        return False
+    if given in ("1", "true", "yes", "on"):
+        return True
+    return default
 
 
 def _anonymous_budget(env: dict[str, str]) -> int | None:

@@ -389,7 +389,7 @@ async def test_a_full_table_evicts_the_least_recently_used(empty_database, monke
     assert left == {docs[0], docs[2], docs[3]}
 
 
-async def test_an_unexpected_error_reaches_every_transport_masked_with_the_request_id_and_is_logged_once(
+async def test_a_database_failure_reaches_every_transport_masked_with_the_request_id_and_is_logged_once(
         empty_database):
     from app.ingest.store import load_file
 
@@ -398,7 +398,7 @@ async def test_an_unexpected_error_reaches_every_transport_masked_with_the_reque
         await load_file(conn, str(SEED))
     finally:
         await conn.close()
-    server = LiveServer(empty_database)
+    server = LiveServer(empty_database, expect_5xx=True)  # a database failure is a 503, never a 200
     url = server.base.replace("http://", "ws://") + "/graphql"
     record = "{ citationRecord(arxivId: \"2402.15627\") { contextDigest } }"
     lookup = "{ paper(arxivId: \"2402.15627\") { title } }"
@@ -411,6 +411,7 @@ async def test_an_unexpected_error_reaches_every_transport_masked_with_the_reque
         async with httpx.AsyncClient(base_url=server.base) as client:
             for query in (record, lookup, lookup):  # the pipeline, the compiled path, the prepared path
                 response = await client.post("/graphql", json={"query": query})
+                assert response.status_code == 503, response.text
                 seen.append((response.headers["x-request-id"], response.json()["errors"][0]))
             async with client.stream("POST", "/graphql", json={"query": subscription},
                                      headers={"accept": "text/event-stream"}) as stream:
@@ -442,8 +443,8 @@ async def test_an_unexpected_error_reaches_every_transport_masked_with_the_reque
         server.stop()
     assert len(seen) == 6, seen
     for rid, error in seen:
-        assert error["message"] == f"internal error (request id {rid})", error
-        assert error["extensions"] == {"code": "INTERNAL_SERVER_ERROR", "requestId": rid}
+        assert error["message"] == f"the database could not answer (request id {rid}); retry shortly", error
+        assert error["extensions"] == {"code": "SERVICE_UNAVAILABLE", "requestId": rid}
         assert "paper_snapshots" not in json.dumps(error)
         assert logs.count(f"[{rid}]") >= 1
         assert sum(1 for line in logs.splitlines() if f"[{rid}]" in line and "unexpected error" in line) == 1, rid

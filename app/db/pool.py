@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any, Awaitable, Callable, Final, Sequence
 
 import asyncpg
 
 from app.settings import Settings
+
+DEFAULT_STATEMENT_TIMEOUT_MS: Final = Settings.statement_timeout_ms
 
 
 # asyncpg introspects array types on first use; doing it when a connection opens keeps a
@@ -21,6 +23,26 @@ async def warm_up(conn: asyncpg.Connection) -> None:
 
 async def _keep_connection(conn: asyncpg.Connection) -> None:
     return None
+
+
+# Settings a read transaction takes for itself (SET LOCAL, in the round trip that begins it), not at
+# connection start-up: PgBouncer refuses start-up parameters it does not track (statement_timeout,
+# plan_cache_mode) and in transaction mode a session-level SET would leak to other clients.
+# Every read is batched over array parameters, so a custom plan cannot use the values anyway: plan once
+# per connection instead of on every execution.
+BEGIN: Final = ("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET LOCAL statement_timeout = {ms}; "
+                "SET LOCAL plan_cache_mode = force_generic_plan")
+
+
+async def connect(dsn: str, **options: Any) -> asyncpg.Connection:
+    """A connection of its own (commands, the change listener, statistics), with the pool's rule for
+    prepared statements (PITH_DB_PREPARED_STATEMENTS)."""
+    options.setdefault("statement_cache_size", 100 if Settings.from_env().prepared_statements else 0)
+    return await asyncpg.connect(dsn, **options)
+
+
+class StatementTimeout(Exception):
+    """A statement ran past PITH_STATEMENT_TIMEOUT_MS (cancelled in PostgreSQL)."""
 
 
 async def create_pool(settings: Settings, dsn: str, *, init: Callable[[asyncpg.Connection], Awaitable[None]] | None = None,
@@ -41,14 +63,11 @@ async def create_pool(settings: Settings, dsn: str, *, init: Callable[[asyncpg.C
         # Sessions only run read-only transactions that they roll back, so a connection comes back
         # clean; skipping asyncpg's reset query saves a round trip per request.
         reset=_keep_connection,
-        server_settings={
-            "application_name": "pith-graph",
-            "statement_timeout": str(settings.statement_timeout_ms),
-            "timezone": "UTC",
-            # Every read is batched over array parameters, so a custom plan cannot use the values
-            # anyway: plan once per connection instead of on every execution.
-            "plan_cache_mode": "force_generic_plan",
-        },
+        # Only what PgBouncer passes through at start-up; the rest is set per transaction (BEGIN).
+        server_settings={"application_name": "pith-graph", "timezone": "UTC"},
+        # Named prepared statements live on one server connection: behind a pooler in transaction mode
+        # (PgBouncer before 1.21) the next transaction may run on another. 0 makes asyncpg use unnamed ones.
+        statement_cache_size=100 if settings.prepared_statements else 0,
     )
 
 
@@ -76,11 +95,13 @@ class Session:
     """
 
     def __init__(self, acquire: Callable[[], Awaitable[asyncpg.Connection]],
-                 release: Callable[[asyncpg.Connection], Awaitable[None]] | None = None) -> None:
+                 release: Callable[[asyncpg.Connection], Awaitable[None]] | None = None,
+                 statement_timeout_ms: int = DEFAULT_STATEMENT_TIMEOUT_MS) -> None:
         self._acquire = acquire
         self._release = release
+        self.statement_timeout_ms = statement_timeout_ms
         self._conn: asyncpg.Connection | None = None
-        self._tx: Any = None
+        self._tx = False  # in the read transaction (BEGIN sent)
         self._lock = asyncio.Lock()
         self._closed = False
         self._working: set[asyncio.Task] = set()
@@ -95,8 +116,9 @@ class Session:
         self.rows += units
 
     @classmethod
-    def from_pool(cls, pool: asyncpg.Pool, timeout: float = 5.0) -> "Session":
-        return cls(lambda: pool.acquire(timeout=timeout), pool.release)
+    def from_pool(cls, pool: asyncpg.Pool, timeout: float = 5.0,
+                  statement_timeout_ms: int = DEFAULT_STATEMENT_TIMEOUT_MS) -> "Session":
+        return cls(lambda: pool.acquire(timeout=timeout), pool.release, statement_timeout_ms)
 
     @classmethod
     def from_connection(cls, conn: asyncpg.Connection) -> "Session":
@@ -123,18 +145,23 @@ class Session:
                         self._conn = conn
                     else:
                         try:
-                            tx = conn.transaction(isolation="repeatable_read", readonly=True)
-                            await tx.start()
+                            await conn.execute(BEGIN.format(ms=int(self.statement_timeout_ms)))
                         except BaseException:
                             if self._release is not None:
                                 await self._release(conn)
                             raise
-                        self._conn, self._tx = conn, tx
-                elif self._tx is None:
+                        self._conn, self._tx = conn, True
+                elif not self._tx:
                     # Planned as one statement, asked for a second: that would read another snapshot.
                     raise RuntimeError("a query planned as one statement asked for a second one")
                 self.statements += 1
-                rows = await self._conn.fetch(sql, *args)
+                if self._tx:
+                    rows = await self._conn.fetch(sql, *args)
+                else:  # outside a transaction: the statement's timeout is asyncpg's (it cancels in PostgreSQL)
+                    try:
+                        rows = await self._conn.fetch(sql, *args, timeout=self.statement_timeout_ms / 1000)
+                    except TimeoutError:
+                        raise StatementTimeout(f"statement ran past {self.statement_timeout_ms} ms") from None
                 self.rows += len(rows)
                 return rows
         finally:
@@ -166,9 +193,9 @@ class Session:
         try:
             # After a cancelled statement the connection is still cancelling: the pool's release
             # waits for that and rolls back. Otherwise roll back here, as the transaction's owner.
-            if self._tx is not None and not conn.is_closed() and conn.is_in_transaction() \
+            if self._tx and not conn.is_closed() and conn.is_in_transaction() \
                     and (not others or self._release is None):
-                await self._tx.rollback()
+                await conn.execute("ROLLBACK")
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
             if self._release is None:
                 raise
