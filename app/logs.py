@@ -75,6 +75,10 @@ class TextFormatter(logging.Formatter):
                                       if v is not None and k not in ("method", "path", "status", "duration_ms"))
         return super().formatMessage(record)
 
+    def format(self, record: logging.LogRecord) -> str:
+        # A traceback keeps its lines, indented: none of them can pass for a line of its own.
+        return super().format(record).replace("\n", "\n    ")
+
 
 def configure_logging(fmt: str = "text", verbose: bool = False) -> None:
     handler = logging.StreamHandler(sys.stderr)

@@ -60,8 +60,8 @@ def operation_of(query: str) -> tuple:
     return operations[0], fragments
 
 
-async def execute(pool, schema, query: str, variables: dict):
-    session = Session.from_pool(pool)
+async def execute(pool, schema, query: str, variables: dict, statement_timeout_ms: int = 10_000):
+    session = Session.from_pool(pool, statement_timeout_ms=statement_timeout_ms)
     try:
         result = await schema.execute(query, variable_values=variables, context_value=Context(session=session))
         return result, session.statements
@@ -229,7 +229,8 @@ async def test_a_failing_compiled_statement_is_a_located_error_like_the_ordinary
         await transaction.start()
         await locker.execute("LOCK TABLE paper_snapshots IN ACCESS EXCLUSIVE MODE")
         query = '{ paper(arxivId: "1501.00001") { title inbound(first: 2) { totalCount } } }'
-        (compiled, _), (ordinary, _) = [await execute(slow, s, query, {}) for s in (COMPILED, ORDINARY)]
+        (compiled, _), (ordinary, _) = [await execute(slow, s, query, {}, statement_timeout_ms=300)
+                                        for s in (COMPILED, ORDINARY)]
         await transaction.rollback()
     finally:
         await locker.close()
