@@ -157,6 +157,40 @@ def cmd_load(args: argparse.Namespace, settings: Settings) -> int:
     return 1 if failed else 0
 
 
+def cmd_import(args: argparse.Namespace, settings: Settings) -> int:
+    from app.ingest.sources import instant
+    from app.timeparse import BadInput
+
+    try:
+        at = instant(args.observed_at)
+    except BadInput as exc:
+        print(f"error: --observed-at: {exc}", file=sys.stderr)
+        return 2
+    if args.partial and args.source != "retraction-watch":
+        print("error: --partial is for retraction-watch (a file that is not the whole database)", file=sys.stderr)
+        return 2
+    dsn = _database_url(settings)
+    asyncio.run(_migrate(dsn))
+    return asyncio.run(_import(dsn, args.source, at, args.paths, args.partial))
+
+
+async def _import(dsn: str, source: str, at: datetime, paths: list[str], partial: bool) -> int:
+    from app.ingest.sources import Importer
+    from app.ingest.store import ImportRejected
+
+    conn = await connect(dsn, server_settings={"application_name": f"pith-graph import {source}"})
+    try:
+        importer = Importer(conn, source, at, partial=partial, progress=sys.stderr if sys.stderr.isatty() else None)
+        summary = await importer.run(paths)
+    except ImportRejected as exc:
+        print(f"rejected: {exc} (nothing of this import was written)", file=sys.stderr)
+        return 1
+    finally:
+        await conn.close()
+    print(summary.line(), file=sys.stderr)
+    return 0
+
+
 def cmd_export(args: argparse.Namespace, settings: Settings) -> int:
     from app.timeparse import BadInput, parse_arxiv_id, parse_as_of, now_as_of
 
@@ -391,6 +425,17 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("--sample", action="store_true",
                       help="also load the bundled sample records (what the embedded server starts with)")
     load.set_defaults(func=cmd_load)
+
+    from app.ingest.sources import SOURCES
+
+    source = sub.add_parser("import", help="import an open source's records: " + ", ".join(SOURCES))
+    source.add_argument("source", choices=SOURCES)
+    source.add_argument("paths", nargs="+", metavar="FILE", help="files (gzipped or not), or - for standard input")
+    source.add_argument("--observed-at", help="when the source was looked at, e.g. 2026-08-05T00:00:00Z "
+                                              "(default: now); nothing of the import is visible before it")
+    source.add_argument("--partial", action="store_true",
+                        help="retraction-watch: the file is not the whole database (no receipt for the others)")
+    source.set_defaults(func=cmd_import)
 
     export = sub.add_parser("export", help="write a paper's canonical v1 record to standard output")
     export.add_argument("arxiv_id")

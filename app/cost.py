@@ -169,7 +169,7 @@ class Costing:
             return size + (args.get("depth") or 2) * PRICES["hop"]  # the edges read, a statement per hop
         if name == "totalCount":
             return PRICES["count"]
-        if name in ("standingNotice", "digest"):
+        if name in ("standingNotice", "standing", "digest"):
             return PRICES["standing"]
         return 0
 

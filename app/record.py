@@ -172,9 +172,14 @@ def notice_sentence(known: Standing) -> str:
 
 def notice_state(obs: Observation, standing: dict[Any, Standing]) -> tuple[str, str | None, Standing | None]:
     """(state, reason, what the sources say): measured only for a linked work some source has checked."""
-    if obs.work is None:
+    return work_notice_state(obs.work.work_id if obs.work is not None else None, standing)
+
+
+def work_notice_state(work_id: Any, standing: dict[Any, Standing]) -> tuple[str, str | None, Standing | None]:
+    """The same, for a work (None: no canonical work)."""
+    if work_id is None:
         return "unavailable", "canonical_work_link_unavailable", None
-    known = standing.get(obs.work.work_id)
+    known = standing.get(work_id)
     if known is None or not known.receipts:
         return "unavailable", "standing_sources_not_queried", None
     return "measured", None, known

@@ -81,13 +81,13 @@ async def _nodes(info: Info, ids: list, argument: str) -> list[Node | None]:
             return Paper.of(paper, at, pinned) if paper is not None else None
         if found.kind == "Work":
             work = await loaders.work.load(found.key)
-            return Work.of_snapshot(work, found.pinned) if work is not None else None
+            return Work.of_snapshot(work, at, pinned) if work is not None else None
         obs = await loaders.observation.load(found.key)
         if obs is None:
             return None
         if found.kind == "CitationObservation":
             return CitationObservation.of(obs, at, pinned)
-        return Work.of(obs, found.pinned)
+        return Work.of(obs, at, pinned)
 
     return list(await asyncio.gather(*(one(found) for found in parsed)))
 
@@ -203,6 +203,22 @@ class Query:
         if not 1 <= len(ids) <= MAX_IDS:
             raise UserInputError(f"ids: {len(ids)} ids given; give 1 to {MAX_IDS}", argument="ids")
         return await _nodes(info, ids, "ids")
+
+    @strawberry.field(description=(
+        "The work a DOI names, as of the instant (case-insensitive; `https://doi.org/` and `doi:` forms "
+        "accepted): the work described latest, of those with the DOI. Null when no work has it by then."))
+    async def work(self, info: Info, doi: Annotated[str, strawberry.argument(description="A DOI, e.g. 10.1038/nature12373.")],
+                   as_of: AsOfArg = None) -> Work | None:
+        from app.ingest.doi import normalize_doi
+
+        key = normalize_doi(doi)
+        if key is None:
+            shown = doi if len(doi) <= 60 else doi[:60] + "..."
+            raise UserInputError(f"doi: {shown!r} is not a DOI; expected 10.<registrant>/<suffix>, e.g. "
+                                 "10.1038/nature12373 (a https://doi.org/ or doi: prefix is fine)", argument="doi")
+        at = info.context.instant(as_of)
+        found = await info.context.loaders(at).work_by_doi.load(key)
+        return Work.of_snapshot(found, at, as_of is not None) if found is not None else None
 
     @strawberry.field(description="The canonical v1 record of a paper; null when it has no snapshot by asOf.")
     async def citation_record(self, info: Info, arxiv_id: ArxivIdArg, as_of: AsOfArg = None) -> CitationRecord | None:

@@ -15,7 +15,7 @@ from uuid import UUID
 from loaders.base import Db, at_param
 from loaders.papers import paper_from
 from loaders.rows import (RETRACTING, STANDING_DECIDING, UNRESOLVED, Observation, PaperSnapshot, Resolution,
-                          WorkSnapshot, sql_list)
+                          WorkSnapshot, sql_list, event_order_sql)
 
 # $AS is the instant's parameter number in each statement below.
 _LATEST_STATUS: Final = """coalesce((
@@ -44,7 +44,7 @@ _RETRACTED: Final = """(o.work_id IS NOT NULL
             WHERE e.work_id = o.work_id
               AND e.observed_at <= $AS
               AND e.event_type IN """ + sql_list(STANDING_DECIDING) + """
-            ORDER BY e.observed_at DESC
+            ORDER BY """ + event_order_sql("e", descending=True) + """
             LIMIT 1), false))"""
 
 _DETAIL_COLUMNS: Final = """
@@ -98,9 +98,10 @@ LOW_KEY = _LOW  # the bound of a first page, for statements built elsewhere (app
 _HIGH = ("chr(1114111)", "2147483647", "'ffffffff-ffff-ffff-ffff-ffffffffffff'::uuid")
 
 
-def _inbound_pages(backward: bool) -> str:
+def _inbound_pages(backward: bool, on: str = "o.cited_arxiv_id = k.arxiv_id") -> str:
     """$1 cited ids, $2..$4 the cursor per key (NULL: from the start, or from the end), $5 instant,
-    $6 page size, $7 statuses (NULL: all). Rows come in page order (backward pages reversed by the caller)."""
+    $6 page size, $7 statuses (NULL: all). Rows come in page order (backward pages reversed by the caller).
+    `on` says which observations cite the key: a paper (by default), or a work (WORK_INBOUND_PAGES)."""
     bound, op, order = (_HIGH, "<", "DESC") if backward else (_LOW, ">", "ASC")
     return f"""
 SELECT k.ord, {_DETAIL_COLUMNS}
@@ -110,7 +111,7 @@ CROSS JOIN LATERAL (
     -- Only columns of the inbound index: an index-only scan in page order that stops at the limit.
     SELECT o.observation_id, o.citing_arxiv_id, o.reference_index
     FROM citation_observations AS o
-    WHERE o.cited_arxiv_id = k.arxiv_id
+    WHERE {on}
       AND (o.citing_arxiv_id, o.reference_index, o.observation_id)
           {op} (coalesce(k.key_citing, {bound[0]}), coalesce(k.key_index, {bound[1]}), coalesce(k.key_id, {bound[2]}))
       AND {VISIBLE}
@@ -151,10 +152,14 @@ INBOUND_PAGES_TEMPLATE: Final = _inbound_pages(backward=False)
 OUTBOUND_PAGES_TEMPLATE: Final = _outbound_pages(backward=False)
 INBOUND_PAGES: Final = at_param(INBOUND_PAGES_TEMPLATE, 5)
 INBOUND_PAGES_BACKWARD: Final = at_param(_inbound_pages(backward=True), 5)
+# The observations citing a work (its keys are work ids, as text), in the same order as a paper's inbound.
+_BY_WORK: Final = "o.work_id = k.arxiv_id::uuid"
+WORK_INBOUND_PAGES: Final = at_param(_inbound_pages(backward=False, on=_BY_WORK), 5)
+WORK_INBOUND_PAGES_BACKWARD: Final = at_param(_inbound_pages(backward=True, on=_BY_WORK), 5)
 OUTBOUND_PAGES: Final = at_param(OUTBOUND_PAGES_TEMPLATE, 4)
 OUTBOUND_PAGES_BACKWARD: Final = at_param(_outbound_pages(backward=True), 4)
 
-# $1 paper ids, $2 'in' or 'out' per key, $3 instant, $4 statuses, $5 cites-retracted (outbound only).
+# $1 paper ids (work ids for 'work'), $2 'in', 'out' or 'work' per key, $3 instant, $4 statuses, $5 cites-retracted (outbound only).
 CITATION_COUNTS_TEMPLATE: Final = f"""
 SELECT k.ord, n.total
 FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(arxiv_id, direction, ord)
@@ -168,6 +173,11 @@ CROSS JOIN LATERAL (
         SELECT o.observation_id, o.citing_arxiv_id, o.work_id
         FROM citation_observations AS o
         WHERE k.direction = 'out' AND o.citing_arxiv_id = k.arxiv_id AND {VISIBLE}
+        UNION ALL
+        SELECT o.observation_id, o.citing_arxiv_id, o.work_id
+        FROM citation_observations AS o
+        WHERE k.direction = 'work' AND o.work_id = (CASE WHEN k.direction = 'work' THEN k.arxiv_id::uuid END)
+          AND {VISIBLE}
     ) AS o
     WHERE ($4::text[] IS NULL OR {_LATEST_STATUS} = ANY($4::text[]))
       AND ($5::boolean IS NULL OR $5::boolean = {_RETRACTED})
@@ -263,20 +273,25 @@ def linked_work_ids(rows: Sequence[Any]) -> list[UUID]:
 
 
 async def inbound_pages(db: Db, keys: Sequence[PageKey], as_of: datetime, limit: int,
-                        statuses: Sequence[str] | None = None, backward: bool = False) -> list[list[Observation]]:
+                        statuses: Sequence[str] | None = None, backward: bool = False,
+                        of_works: bool = False) -> list[list[Observation]]:
     """Inbound observations of each paper in record order (citing id, reference index, id).
 
     Forward: the first `limit` after each key's cursor. Backward: the last `limit` before it, nearest
     first (the caller reverses them into record order).
     """
-    return pages_from_rows(await inbound_page_rows(db, keys, as_of, limit, statuses, backward), len(keys))
+    return pages_from_rows(await inbound_page_rows(db, keys, as_of, limit, statuses, backward, of_works),
+                           len(keys))
 
 
 async def inbound_page_rows(db: Db, keys: Sequence[PageKey], as_of: datetime, limit: int,
-                            statuses: Sequence[str] | None = None, backward: bool = False) -> Sequence[Any]:
+                            statuses: Sequence[str] | None = None, backward: bool = False,
+                            of_works: bool = False) -> Sequence[Any]:
     after = [k.after or (None, None, None) for k in keys]
+    statements = (WORK_INBOUND_PAGES, WORK_INBOUND_PAGES_BACKWARD) if of_works else (INBOUND_PAGES,
+                                                                                    INBOUND_PAGES_BACKWARD)
     return await db.fetch(
-        INBOUND_PAGES_BACKWARD if backward else INBOUND_PAGES,
+        statements[1] if backward else statements[0],
         [k.arxiv_id for k in keys],
         [a[0] for a in after],
         [a[1] for a in after],

@@ -19,7 +19,7 @@ from loaders.record import SERVED_CAPS, record_histories, record_rows
 from loaders.rows import Measurement, Observation, PaperSnapshot, RecordRows, Standing, WorkSnapshot
 from loaders.standing import standing_by_work
 from loaders.timeline import Entry, instant, timelines
-from loaders.works import work_snapshots
+from loaders.works import paper_dois, work_measurements, work_snapshots, works_by_doi
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +123,32 @@ class Loaders:
     def timeline(self) -> DataLoader:
         return DataLoader(self._timelines)
 
+    @cached_property
+    def work_inbound(self) -> DataLoader:
+        """Pages of the observations citing a work (PageRequest.arxiv_id holds the work id)."""
+        return DataLoader(_grouped(self._work_inbound))
+
+    @cached_property
+    def work_by_doi(self) -> DataLoader:
+        return DataLoader(self._works_by_doi)
+
+    @cached_property
+    def work_measurements(self) -> DataLoader:
+        return DataLoader(self._work_measurements)
+
+    @cached_property
+    def paper_doi(self) -> DataLoader:
+        return DataLoader(self._paper_dois)
+
+    async def _works_by_doi(self, keys: Sequence[str]) -> list[WorkSnapshot | None]:
+        return await works_by_doi(self.db, keys, self.as_of)
+
+    async def _work_measurements(self, keys: Sequence[UUID]) -> list[list[Measurement]]:
+        return await work_measurements(self.db, keys, self.as_of)
+
+    async def _paper_dois(self, keys: Sequence[str]) -> list[str | None]:
+        return await paper_dois(self.db, keys, self.as_of)
+
     async def _papers(self, keys: Sequence[str]) -> list[PaperSnapshot | None]:
         return await paper_snapshots(self.db, keys, self.as_of)
 
@@ -137,6 +163,13 @@ class Loaders:
         limit, statuses, cites_retracted, backward = group
         pages = await outbound_pages(self.db, [PageKey(k.arxiv_id, k.after) for k in keys], self.as_of, limit,
                                      statuses, cites_retracted, backward)
+        self._prime(pages)
+        return pages
+
+    async def _work_inbound(self, group: tuple, keys: list[PageRequest]) -> list[list[Observation]]:
+        limit, statuses, _, backward = group
+        pages = await inbound_pages(self.db, [PageKey(k.arxiv_id, k.after) for k in keys], self.as_of, limit, statuses,
+                                    backward, of_works=True)
         self._prime(pages)
         return pages
 

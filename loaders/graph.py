@@ -15,7 +15,7 @@ from typing import Any, AsyncIterator, Final, Sequence
 import asyncpg
 
 from app.export import Edge, Node, reference_node_id, work_node_id, z_text
-from loaders.rows import RETRACTING, STANDING_DECIDING, sql_list
+from loaders.rows import RETRACTING, STANDING_DECIDING, event_order_sql, sql_list
 
 PREFETCH: Final = 5000
 
@@ -28,7 +28,7 @@ standing_events AS (
     SELECT DISTINCT ON (work_id) work_id, event_type IN """ + sql_list(RETRACTING) + """ AS retracted
     FROM work_events
     WHERE observed_at <= $1 AND event_type IN """ + sql_list(STANDING_DECIDING) + """
-    ORDER BY work_id, observed_at DESC
+    ORDER BY work_id, """ + event_order_sql(descending=True) + """
 ),
 latest_status AS (
     SELECT DISTINCT ON (observation_id) observation_id, status

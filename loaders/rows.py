@@ -34,6 +34,23 @@ def sql_list(values: tuple[str, ...]) -> str:
     return "(" + ", ".join(f"'{v}'" for v in values) + ")"
 
 
+# The order of a work's events, wherever it matters (the notice's list, "the latest deciding event"):
+# when observed, then source, then when the source says it happened, then type. Events one import
+# observes at one instant (a Retraction Watch file: an expression of concern, then the retraction) are
+# thus in the order they happened.
+EVENT_ORDER: tuple[str, ...] = ("observed_at", "source", "reported_at", "event_type")
+
+
+def event_order_sql(alias: str = "", descending: bool = False) -> str:
+    """EVENT_ORDER as an ORDER BY list (descending: its exact reverse)."""
+    prefix = f"{alias}." if alias else ""
+    parts = []
+    for column in EVENT_ORDER:
+        nulls = (" NULLS LAST" if descending else " NULLS FIRST") if column == "reported_at" else ""
+        parts.append(f"{prefix}{column}{' DESC' if descending else ''}{nulls}")
+    return ", ".join(parts)
+
+
 def latest_retracts(event_types: list[str] | tuple[str, ...]) -> bool:
     """Whether the latest deciding event of a work (events in observation order) is a retraction or withdrawal."""
     deciding = [e for e in event_types if e in STANDING_DECIDING]

@@ -25,8 +25,8 @@ SELECT 'event', e.work_id, e.source, e.observed_at, e.event_type, e.reported_at,
 FROM work_events AS e
 WHERE e.work_id = ANY($1::uuid[])
   AND e.observed_at <= $AS
-ORDER BY 1 DESC, 2, 4, 3
-"""
+ORDER BY 1 DESC, 2, 4, 3, 6 NULLS FIRST, 5
+"""  # receipts, then events (rows.EVENT_ORDER: observed_at, source, reported_at, event_type), per work
 STANDING_BY_WORK_ID: Final = at_param(STANDING_TEMPLATE, 2)
 
 

@@ -135,6 +135,10 @@ def _list(obj: Any, key: str, path: str) -> list[Any]:
 # --- facts ---------------------------------------------------------------------------------------
 
 
+FACT_TABLES = ("papers", "works", "observations", "resolutions", "receipts", "events", "measurements",
+               "work_measurements", "paper_dois")
+
+
 @dataclass
 class Facts:
     """Fact rows keyed by their primary key; values are the rest of the row."""
@@ -146,10 +150,12 @@ class Facts:
     receipts: dict[tuple, tuple] = field(default_factory=dict)
     events: dict[tuple, tuple] = field(default_factory=dict)
     measurements: dict[tuple, tuple] = field(default_factory=dict)
+    # Only the real sources' importers write these (app/ingest/sources.py): not in the v1 document.
+    work_measurements: dict[tuple, tuple] = field(default_factory=dict)
+    paper_dois: dict[tuple, tuple] = field(default_factory=dict)
 
     def count(self) -> int:
-        return sum(len(t) for t in (self.papers, self.works, self.observations, self.resolutions,
-                                    self.receipts, self.events, self.measurements))
+        return sum(len(getattr(self, table)) for table in FACT_TABLES)
 
     def add(self, table: str, key: tuple, value: tuple, path: str) -> None:
         rows: dict[tuple, tuple] = getattr(self, table)
@@ -167,7 +173,7 @@ class Facts:
         raise DocumentError(path, f"conflicting facts for {table} {_show(key)}: {_show(old)} and {_show(value)}")
 
     def merge(self, other: "Facts", where: str) -> None:
-        for table in ("papers", "works", "observations", "resolutions", "receipts", "events", "measurements"):
+        for table in FACT_TABLES:
             for key, value in getattr(other, table).items():
                 self.add(table, key, value, where)
 

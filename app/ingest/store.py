@@ -39,6 +39,8 @@ TABLES: tuple[Table, ...] = (
     Table("receipts", "standing_receipts", ("work_id", "source", "observed_at"), ()),
     Table("events", "work_events", ("work_id", "source", "event_type", "observed_at"), ("reported_at", "notice_doi")),
     Table("measurements", "external_measurements", ("arxiv_id", "source", "observed_at"), ("count",)),
+    Table("work_measurements", "work_measurements", ("work_id", "source", "observed_at"), ("count",)),
+    Table("paper_dois", "paper_dois", ("arxiv_id", "observed_at"), ("doi",)),
 )
 
 BATCH_DOCUMENTS = 500

@@ -96,6 +96,12 @@ class Paper(Node):
         request = page_request(self.arxiv_id, "out", first, after, last, before, _statuses(status), cites_retracted)
         return CitationConnection(request=request, direction="out", as_of=self.as_of, pinned=self.pinned)
 
+    @strawberry.field(description=(
+        "The paper's journal DOI at the instant (from the arXiv metadata; the first when it names two), which "
+        "links it to its work: work(doi:)."))
+    async def doi(self, info: Info) -> str | None:
+        return await info.context.loaders(self.as_of).paper_doi.load(self.arxiv_id)
+
     @strawberry.field(description="Each source's latest citation count at the instant, by source; never summed.")
     async def external_citation_measurements(self, info: Info) -> list[ExternalCitationMeasurement]:
         found = await info.context.loaders(self.as_of).measurements.load(self.arxiv_id)
@@ -159,7 +165,7 @@ class CitationObservation(Node):
 
     @strawberry.field(description="The work the reference points at (or what was printed, when unlinked).")
     def cited_work(self) -> Work:
-        return Work.of(self.row, self.as_of if self.pinned else None)
+        return Work.of(self.row, self.as_of, self.pinned)
 
     @strawberry.field(description="The latest resolution at the instant.")
     def resolution(self) -> Resolution:
@@ -195,11 +201,13 @@ class CitationConnection:
     direction: strawberry.Private[str]
     as_of: strawberry.Private[datetime]
     pinned: strawberry.Private[bool]
+    of_work: strawberry.Private[bool] = False  # the observations citing a work (Work.inbound)
 
     async def _page(self, info: Info) -> tuple[list[Observation], bool]:
         """This page's rows in the connection's order, and whether more lie beyond it."""
         loaders = info.context.loaders(self.as_of)
-        rows = await (loaders.inbound if self.direction == "in" else loaders.outbound).load(self.request)
+        loader = loaders.work_inbound if self.of_work else loaders.inbound if self.direction == "in" else loaders.outbound
+        rows = await loader.load(self.request)
         shown = rows[: self.request.limit - 1]
         if self.request.backward:  # fetched nearest-first
             shown = shown[::-1]
@@ -208,7 +216,7 @@ class CitationConnection:
     @strawberry.field(description="How many edges the filters select in all (not only this page).")
     async def total_count(self, info: Info) -> int:
         r = self.request
-        key = CountRequest(r.arxiv_id, self.direction, r.statuses, r.cites_retracted)
+        key = CountRequest(r.arxiv_id, "work" if self.of_work else self.direction, r.statuses, r.cites_retracted)
         return await info.context.loaders(self.as_of).count.load(key)
 
     @strawberry.field(description="The edges of this page, in the connection's documented order.")

@@ -39,8 +39,13 @@ class StandingNotice:
 
     @classmethod
     def of(cls, obs: Observation, standing: Standing | None) -> "StandingNotice":
-        by_work = {obs.work.work_id: standing} if obs.work is not None and standing is not None else {}
-        state, reason, known = record.notice_state(obs, by_work)
+        return cls.of_work(obs.work.work_id if obs.work is not None else None, standing)
+
+    @classmethod
+    def of_work(cls, work_id: object, standing: Standing | None) -> "StandingNotice":
+        """The notice of a work (None: an unlinked reference), as an observation of it shows it."""
+        by_work = {work_id: standing} if work_id is not None and standing is not None else {}
+        state, reason, known = record.work_notice_state(work_id, by_work)
         if known is None:
             return cls(state=StandingState(state), reason=reason, observation=None, events=[], source_receipts=[])
         return cls(

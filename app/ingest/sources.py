@@ -1,0 +1,637 @@
+"""Importers of the open sources: Crossref, Retraction Watch, OpenAlex, arXiv metadata, OpenCitations.
+
+`pith-graph import SOURCE [--observed-at INSTANT] FILE...`: each file is read as a stream (gzip when
+it starts with gzip's magic bytes; `-` is standard input), its records become facts at one instant
+(when the source was looked at), and the facts go through the same staging, set-based inserts,
+change log and data version as v1 documents (app/ingest/store.py). One invocation is one
+transaction: a file that breaks (bad JSON, CSV or gzip, a truncated download) stores nothing.
+
+Works meet on their DOI (app/ingest/doi.py): a record about a DOI is attached to every work whose
+snapshot has that DOI in any letter case; a DOI no work has yet gets a work of its own (its id a
+UUID of the DOI, so a second import finds the same one). Every work a source reports on gets that
+source's receipt at the instant, events included, so the standing rules see that it was checked.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import html
+import io
+import json
+import re
+import sys
+import time
+import uuid
+import zlib
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
+from typing import IO, Any, Iterator
+
+import asyncpg
+
+from app.ingest.doi import arxiv_id_of_doi, normalize_doi
+from app.ingest.document import Facts
+from app.ingest.store import ImportRejected, Loader
+
+SOURCES = ("crossref", "retraction-watch", "openalex", "arxiv", "opencitations")
+SOURCE_NAMES = {"crossref": "crossref", "retraction-watch": "retraction_watch", "openalex": "openalex",
+                "arxiv": "arxiv", "opencitations": "opencitations"}
+WORK_NAMESPACE = uuid.UUID("5b1c3f0e-9d0a-4c1e-8a51-0d3f0b7c2e11")
+BATCH = 5_000
+
+# Crossref update types that change a work's standing; the others (new_version, addendum,
+# clarification, new_edition ...) are not standing events. A partial retraction leaves the work
+# standing in part: it is recorded as a correction.
+CROSSREF_EVENTS = {"retraction": "retraction", "withdrawal": "withdrawal", "removal": "withdrawal",
+                   "expression_of_concern": "expression_of_concern", "correction": "correction",
+                   "erratum": "correction", "corrigendum": "correction", "partial_retraction": "correction"}
+# Crossref `relation` types that state the same notices again (the inverse of update-to).
+CROSSREF_RELATIONS = {"is-retracted-by": "retraction", "has-retraction": "retraction",
+                      "is-corrected-by": "correction", "has-correction": "correction",
+                      "has-expression-of-concern": "expression_of_concern", "is-withdrawn-by": "withdrawal"}
+# Sources that check a work's standing: their receipt says the work was looked at (OpenCitations and
+# the arXiv metadata say nothing of standing).
+STANDING_SOURCES = ("crossref", "retraction_watch", "openalex")
+RW_NATURES = {"retraction": "retraction", "correction": "correction", "expression of concern": "expression_of_concern",
+              "reinstatement": "reinstatement"}
+
+
+@dataclass
+class WorkReport:
+    """What one source says about one DOI in this import."""
+
+    title: str | None = None
+    venue: str | None = None
+    year: int | None = None
+    snapshot: bool = False  # the source describes the work (Crossref, OpenAlex; RW only for a new work)
+    count: int | None = None  # the source's citation count of the work
+    events: dict[str, tuple[datetime | None, str | None]] = field(default_factory=dict)  # type -> (reported, notice)
+
+    def event(self, event_type: str, reported: datetime | None, notice: str | None) -> None:
+        """The same notice stated twice is one event; of two of a type, the later one stands."""
+        old = self.events.get(event_type)
+        if old is None or (reported is not None and (old[0] is None or reported > old[0])) or \
+                (old[1] is None and notice is not None and reported == old[0]):
+            self.events[event_type] = (reported, notice)
+
+
+@dataclass
+class Reference:
+    citing_arxiv_id: str
+    index: int
+    key: str  # what makes the observation's id (stable across imports)
+    doi: str | None
+    title: str | None
+    year: int | None
+    cited_arxiv_id: str | None = None
+
+
+@dataclass
+class Summary:
+    source: str
+    records: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    facts_added: int = 0
+    seconds: float = 0.0
+
+    def skip(self, why: str) -> None:
+        self.skipped[why] = self.skipped.get(why, 0) + 1
+
+    def line(self) -> str:
+        skipped = sum(self.skipped.values())
+        detail = "; ".join(f"{n} {why}" for why, n in sorted(self.skipped.items()))
+        rate = self.records / self.seconds if self.seconds else self.records
+        return (f"{self.source}: {self.records} records, {self.facts_added} facts added, {skipped} skipped"
+                + (f" ({detail})" if detail else "") + f" in {self.seconds:.2f}s ({rate:.0f} records/s)")
+
+
+class Broken(Exception):
+    """The file is not what its format says: where and why."""
+
+    def __init__(self, where: str, message: str) -> None:
+        self.where, self.message = where, message
+
+
+# --- reading files ---------------------------------------------------------------------------------
+
+
+def open_stream(path: str) -> IO[bytes]:
+    raw: IO[bytes] = sys.stdin.buffer if path == "-" else open(path, "rb")
+    head = raw.peek(2)[:2] if hasattr(raw, "peek") else b""
+    if head == b"\x1f\x8b":
+        return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
+    return raw
+
+
+class _Counting(io.RawIOBase):
+    """The bytes read so far (of the decompressed stream), to say where a file broke."""
+
+    def __init__(self, inner: IO[bytes]) -> None:
+        self.inner, self.offset = inner, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        try:
+            data = self.inner.read(len(buffer))
+        except (EOFError, OSError, zlib.error) as exc:
+            raise Broken(f"byte {self.offset} (decompressed)", f"the gzip stream breaks off: {exc}") from None
+        buffer[:len(data)] = data
+        self.offset += len(data)
+        return len(data)
+
+
+def json_records(stream: IO[bytes], keys: tuple[str, ...]) -> Iterator[tuple[str, Any]]:
+    """Records of a JSON file: JSON lines (one object a line), or one document whose records are under
+    one of `keys` (e.g. {"items": [...]}, {"message": {"items": [...]}}, {"results": [...]}) or which is
+    itself one record."""
+    counting = _Counting(stream)
+    buffered = io.BufferedReader(counting, 1 << 16)
+    first = buffered.peek(1 << 16)[:1 << 16].lstrip()
+    text = first.decode("utf-8", "replace")
+    # JSON lines: the first line is a whole object by itself.
+    newline = text.find("\n")
+    one_line = text[:newline] if newline >= 0 else None
+    if one_line is not None and one_line.strip() and _whole(one_line):
+        for number, raw in enumerate(buffered, start=1):
+            if not raw.strip():
+                continue
+            try:
+                value = json.loads(raw)
+            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                raise Broken(f"line {number}", f"not valid JSON: {exc}") from None
+            for i, record in enumerate(_records_of(value, keys)):
+                yield (f"line {number}" if i == 0 else f"line {number}, record {i + 1}"), record
+        return
+    data = buffered.read()
+    try:
+        document = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise Broken(f"byte {getattr(exc, 'pos', 0)}", f"not valid JSON: {exc}") from None
+    for i, record in enumerate(_records_of(document, keys)):
+        yield f"record {i + 1}", record
+
+
+def _whole(line: str) -> bool:
+    try:
+        return isinstance(json.loads(line), dict)
+    except ValueError:
+        return False
+
+
+def _records_of(document: Any, keys: tuple[str, ...]) -> Iterator[Any]:
+    """The records of a value: a REST answer's message, a list under one of `keys`, a list, or itself."""
+    if isinstance(document, dict) and isinstance(document.get("message"), dict):
+        document = document["message"]  # a Crossref REST answer: one work, or {"items": [...]}
+    if isinstance(document, dict):
+        for key in keys:
+            if isinstance(document.get(key), list):
+                yield from document[key]
+                return
+    if isinstance(document, list):
+        yield from document
+        return
+    yield document
+
+
+def csv_records(stream: IO[bytes]) -> Iterator[tuple[str, dict[str, str]]]:
+    counting = _Counting(stream)
+    text = io.TextIOWrapper(io.BufferedReader(counting, 1 << 16), encoding="utf-8-sig", errors="strict", newline="")
+    reader = csv.reader(text)
+    try:
+        header = next(reader, None)
+        if header is None:
+            return
+        names = [h.strip() for h in header]
+        while names and names[-1] == "":
+            names.pop()  # a header that ends with a comma: an empty 21st column
+        for row in reader:
+            if not any(cell.strip() for cell in row):
+                continue  # blank trailing rows
+            yield f"line {reader.line_num}", dict(zip(names, (c.strip() for c in row)))
+    except UnicodeDecodeError as exc:
+        raise Broken(f"byte {counting.offset}", f"not UTF-8 text: {exc}") from None
+    except csv.Error as exc:
+        raise Broken(f"line {reader.line_num}", f"not valid CSV: {exc}") from None
+
+
+# --- field rules -----------------------------------------------------------------------------------
+
+
+def _text(value: Any) -> str | None:
+    if isinstance(value, list):
+        value = next((v for v in value if isinstance(v, str) and v.strip()), None)
+    if not isinstance(value, str) or not value.strip():
+        return None
+    return " ".join(html.unescape(value).split())
+
+
+def _crossref_date(value: Any) -> datetime | None:
+    if not isinstance(value, dict):
+        return None
+    stamp = value.get("date-time")
+    if isinstance(stamp, str):
+        try:
+            return datetime.fromisoformat(stamp.replace("Z", "+00:00")).astimezone(timezone.utc)
+        except ValueError:
+            pass
+    parts = value.get("date-parts")
+    if isinstance(parts, list) and parts and isinstance(parts[0], list) and parts[0] and parts[0][0]:
+        year, month, day = (list(parts[0]) + [1, 1])[:3]
+        try:
+            return datetime(int(year), int(month or 1), int(day or 1), tzinfo=timezone.utc)
+        except (TypeError, ValueError):
+            return None
+    return None
+
+
+def _year(value: Any) -> int | None:
+    date = _crossref_date(value)
+    return date.year if date is not None else None
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _rw_date(value: str) -> datetime | None:
+    """Retraction Watch's `M/D/YYYY 0:00` (the day, at midnight UTC)."""
+    match = re.match(r"^\s*(\d{1,2})/(\d{1,2})/(\d{4})", value or "")
+    if not match:
+        return None
+    month, day, year = (int(g) for g in match.groups())
+    try:
+        return datetime(year, month, day, tzinfo=timezone.utc)
+    except ValueError:
+        return None
+
+
+def collapse(title: str) -> str:
+    return " ".join(title.split())
+
+
+# --- the sources -----------------------------------------------------------------------------------
+
+
+class Importer:
+    """One invocation: every file's records, staged and merged in one transaction at one instant."""
+
+    def __init__(self, conn: asyncpg.Connection, source: str, observed_at: datetime, *, partial: bool = False,
+                 progress: IO[str] | None = None) -> None:
+        self.conn, self.source, self.at, self.partial = conn, source, observed_at, partial
+        self.name = SOURCE_NAMES[source]
+        self.progress = progress
+        self.summary = Summary(source)
+        self.reports: dict[str, WorkReport] = {}
+        self.references: list[Reference] = []
+        self.papers: dict[str, tuple] = {}
+        self.paper_dois: dict[str, str] = {}
+        self.cited_counts: dict[str, int] = {}  # OpenCitations: citing rows per cited DOI
+        self.openalex_ids: dict[str, tuple[str | None, str | None, int | None]] = {}  # W id -> doi, title, year
+        self.known_work_ids: dict[str, list[tuple[uuid.UUID, Any]]] = {}
+
+    async def run(self, paths: list[str]) -> Summary:
+        started = time.monotonic()
+        async with self.conn.transaction():
+            self.loader = Loader(self.conn, f"{self.source} import")
+            await self.loader.start()
+            for path in paths:
+                await self._file(path)
+            await self._flush(final=True)
+            if self.source == "retraction-watch" and not self.partial:
+                # The file is the whole database: every work with a DOI was checked, and found clean
+                # unless a row said otherwise.
+                await self.conn.execute(
+                    "INSERT INTO stage_standing_receipts (work_id, source, observed_at, origin) "
+                    "SELECT DISTINCT work_id, $1::text, $2::timestamptz, 'the whole Retraction Watch database' "
+                    "FROM work_snapshots WHERE doi IS NOT NULL AND observed_at <= $2::timestamptz", self.name, self.at)
+            # An event already on record (the same notice, reported the same day) is not news: it keeps the
+            # instant it was first seen; the receipt says it was seen again.
+            await self.loader.flush()
+            await self.conn.execute(
+                "DELETE FROM stage_work_events AS s USING work_events AS e WHERE e.work_id = s.work_id "
+                "AND e.source = s.source AND e.event_type = s.event_type AND e.observed_at < s.observed_at "
+                "AND e.reported_at IS NOT DISTINCT FROM s.reported_at AND e.notice_doi IS NOT DISTINCT FROM s.notice_doi")
+            self.summary.facts_added = await self.loader.finish()
+        self.summary.seconds = time.monotonic() - started
+        return self.summary
+
+    async def _file(self, path: str) -> None:
+        try:
+            stream = open_stream(path)
+        except OSError as exc:
+            raise ImportRejected(path, f"cannot read: {exc.strerror}") from None
+        last = time.monotonic()
+        try:
+            if self.source in ("retraction-watch", "opencitations"):
+                reader = csv_records(stream)
+            elif self.source == "arxiv" and looks_like_xml(stream):
+                reader = arxiv_oai_records(_Counting(stream))
+            else:
+                reader = json_records(stream, ("items", "results"))
+            for where, record in reader:
+                self.summary.records += 1
+                self.read(record, f"{path}, {where}")
+                if len(self.reports) + len(self.references) + len(self.papers) >= BATCH:
+                    await self._flush()
+                if self.progress is not None and time.monotonic() - last >= 1.0:
+                    print(f"{path}: {self.summary.records} records", file=self.progress, flush=True)
+                    last = time.monotonic()
+        except Broken as exc:
+            raise ImportRejected(path, exc.message, path=exc.where) from None
+        finally:
+            if path != "-":
+                stream.close()
+
+    def read(self, record: Any, where: str) -> None:
+        {"crossref": self._crossref, "retraction-watch": self._retraction_watch, "openalex": self._openalex,
+         "arxiv": self._arxiv, "opencitations": self._opencitations}[self.source](record, where)
+
+    def report(self, doi: str) -> WorkReport:
+        found = self.reports.get(doi)
+        if found is None:
+            found = self.reports[doi] = WorkReport()
+        return found
+
+    # Crossref: the public data file, the 2025 JSON-lines layout, REST answers.
+    def _crossref(self, work: Any, where: str) -> None:
+        if not isinstance(work, dict):
+            return self.summary.skip("records that are not JSON objects")
+        doi = normalize_doi(work.get("DOI"))
+        if doi is None:
+            return self.summary.skip("works without a usable DOI")
+        report = self.report(doi)
+        report.snapshot = True
+        report.title = _text(work.get("title"))
+        report.venue = _text(work.get("container-title"))
+        report.year = _year(work.get("issued")) or _year(work.get("published"))
+        report.count = _count(work.get("is-referenced-by-count"))
+        for update in work.get("updated-by") or ():  # on the original: the notices about it
+            if isinstance(update, dict) and update.get("type") in CROSSREF_EVENTS:
+                report.event(CROSSREF_EVENTS[update["type"]], _crossref_date(update.get("updated")),
+                             normalize_doi(update.get("DOI")))
+        for update in work.get("update-to") or ():  # on a notice: the event is the target's
+            target = normalize_doi(update.get("DOI")) if isinstance(update, dict) else None
+            if target is not None and update.get("type") in CROSSREF_EVENTS:
+                self.report(target).event(CROSSREF_EVENTS[update["type"]], _crossref_date(update.get("updated")), doi)
+        relation = work.get("relation")
+        if isinstance(relation, dict):
+            for kind, event_type in CROSSREF_RELATIONS.items():
+                for item in relation.get(kind) or ():
+                    notice = normalize_doi(item.get("id")) if isinstance(item, dict) else None
+                    if notice is not None and not any(n == notice for _, n in report.events.values()):
+                        report.event(event_type, None, notice)
+        return None
+
+    # Retraction Watch: the CSV, one row per notice, keyed by the original paper's DOI.
+    def _retraction_watch(self, row: dict[str, str], where: str) -> None:
+        doi = normalize_doi(row.get("OriginalPaperDOI"))
+        if doi is None:
+            return self.summary.skip("rows without a usable OriginalPaperDOI")
+        nature = RW_NATURES.get((row.get("RetractionNature") or "").strip().lower())
+        if nature is None:
+            return self.summary.skip("rows with an unknown RetractionNature")
+        report = self.report(doi)
+        report.event(nature, _rw_date(row.get("RetractionDate", "")), normalize_doi(row.get("RetractionDOI")))
+        # Described only if no work has the DOI yet (decided when the batch is written).
+        report.title = report.title or _text(row.get("Title"))
+        report.venue = report.venue or _text(row.get("Journal"))
+        date = _rw_date(row.get("OriginalPaperDate", ""))
+        report.year = report.year or (date.year if date else None)
+        return None
+
+    # OpenAlex: works as JSON lines (the snapshot) or API JSON (one work, or `results`).
+    def _openalex(self, work: Any, where: str) -> None:
+        if not isinstance(work, dict):
+            return self.summary.skip("records that are not JSON objects")
+        doi = normalize_doi(work.get("doi"))
+        arxiv = _openalex_arxiv_id(work, doi)
+        wid = work.get("id") if isinstance(work.get("id"), str) else None
+        year = work.get("publication_year") if isinstance(work.get("publication_year"), int) else None
+        title = _text(work.get("title") or work.get("display_name"))
+        if wid:
+            self.openalex_ids[wid] = (doi, title, year)
+        if doi is None and arxiv is None:
+            return self.summary.skip("works without a DOI or arXiv id")
+        if doi is not None:
+            report = self.report(doi)
+            report.snapshot = True
+            report.title, report.year = title, year
+            location = work.get("primary_location") if isinstance(work.get("primary_location"), dict) else {}
+            source = location.get("source") if isinstance(location.get("source"), dict) else {}
+            host = work.get("host_venue") if isinstance(work.get("host_venue"), dict) else {}
+            report.venue = _text(source.get("display_name")) or _text(host.get("display_name"))
+            report.count = _count(work.get("cited_by_count"))
+            if work.get("is_retracted") is True:
+                report.event("retraction", None, None)
+        if arxiv is not None:
+            for i, ref in enumerate(work.get("referenced_works") or (), start=1):
+                if isinstance(ref, str):
+                    self.references.append(Reference(arxiv, i, f"openalex:{arxiv}:{ref}", None, ref, None))
+        return None
+
+    # arXiv metadata: the snapshot (JSON lines) here; OAI-PMH arXivRaw XML through arxiv_oai_records.
+    def _arxiv(self, record: Any, where: str) -> None:
+        paper = arxiv_paper(record)
+        if paper is None:
+            return self.summary.skip("records without an id, title or versions")
+        arxiv_id, title, versions, category, doi = paper
+        self.papers[arxiv_id] = (title, len(versions), category, versions[0], versions[-1])
+        if doi is not None:
+            self.paper_dois[arxiv_id] = doi
+        return None
+
+    # OpenCitations: COCI / Index CSV, one citation a row.
+    def _opencitations(self, row: dict[str, str], where: str) -> None:
+        citing, cited = _oc_doi(row.get("citing")), _oc_doi(row.get("cited"))
+        if cited is None:
+            return self.summary.skip("rows without a usable cited DOI")
+        self.cited_counts[cited] = self.cited_counts.get(cited, 0) + 1
+        if citing is not None:
+            self.references.append(Reference("", 0, f"opencitations:{citing}:{cited}", cited, None, None,
+                                             cited_arxiv_id=citing))  # citing DOI kept here until resolved
+        return None
+
+    # --- writing ------------------------------------------------------------------------------------
+
+    async def _flush(self, final: bool = False) -> None:
+        if final:
+            for doi, count in self.cited_counts.items():
+                self.report(doi).count = count
+            self.cited_counts = {}
+        facts = Facts()
+        at = self.at
+        if self.papers:
+            for arxiv_id, (title, versions, category, submitted, updated) in self.papers.items():
+                facts.papers[(arxiv_id, at)] = (title, versions, category, submitted, updated)
+            for arxiv_id, doi in self.paper_dois.items():
+                facts.paper_dois[(arxiv_id, at)] = (doi,)
+            self.papers, self.paper_dois = {}, {}
+        if self.reports:
+            known = await self._works([d for d in self.reports if d not in self.known_work_ids])
+            for doi, report in self.reports.items():
+                for work_id, latest in known.get(doi) or self.known_work_ids.get(doi) or ():
+                    self._work_facts(facts, work_id, doi, report, latest)
+            self.reports = {}
+        if self.references and (final or self.source != "openalex"):
+            await self._references(facts)
+        self.loader.add(facts, f"{self.source} import")
+        await self.loader.flush()
+
+    async def _works(self, dois: list[str]) -> dict[str, list[tuple[uuid.UUID, Any]]]:
+        """Every work with each DOI (any case), with its latest snapshot; a new one where there is none."""
+        rows = await self.conn.fetch(
+            "SELECT DISTINCT ON (w.work_id) lower(w.doi) AS doi, w.work_id, w.arxiv_id, w.pith_arxiv_id, "
+            "w.title, w.venue, w.year FROM work_snapshots AS w WHERE lower(w.doi) = any($1::text[]) "
+            "ORDER BY w.work_id, w.observed_at DESC", dois)
+        found: dict[str, list[tuple[uuid.UUID, Any]]] = {}
+        for row in rows:
+            found.setdefault(row["doi"], []).append((row["work_id"], row))
+        for doi in dois:
+            if doi not in found:
+                found[doi] = [(uuid.uuid5(WORK_NAMESPACE, doi), None)]
+        self.known_work_ids.update(found)
+        return found
+
+    def _work_facts(self, facts: Facts, work_id: uuid.UUID, doi: str, report: WorkReport, latest: Any) -> None:
+        at, source = self.at, self.name
+        describe = report.snapshot or latest is None
+        if describe:
+            arxiv_id = arxiv_id_of_doi(doi)
+            keep = latest if latest is not None else {}
+            facts.works[(work_id, at)] = (
+                keep.get("arxiv_id") or arxiv_id, doi, source, keep.get("pith_arxiv_id"),
+                report.title or keep.get("title"), report.venue or keep.get("venue"), report.year or keep.get("year"))
+        if source in STANDING_SOURCES:
+            facts.receipts[(work_id, source, at)] = ()
+        for event_type, (reported, notice) in report.events.items():
+            facts.events[(work_id, source, event_type, at)] = (reported, notice)
+        if report.count is not None:
+            facts.work_measurements[(work_id, source, at)] = (report.count,)
+
+    async def _references(self, facts: Facts) -> None:
+        """Citation observations of arXiv papers: OpenAlex's referenced works, OpenCitations' rows whose
+        citing DOI is a known arXiv paper's. A referenced work not described in the same import is
+        kept as an unlinked observation (its OpenAlex id as the printed title), resolvable later."""
+        refs, self.references = self.references, []
+        if self.source == "opencitations":
+            by_doi = {r["doi"]: r["arxiv_id"] for r in await self.conn.fetch(
+                "SELECT DISTINCT ON (doi) doi, arxiv_id FROM paper_dois WHERE doi = any($1::text[]) "
+                "ORDER BY doi, observed_at DESC", list({r.cited_arxiv_id for r in refs if r.cited_arxiv_id}))}
+            kept = []
+            for r in refs:
+                citing = by_doi.get(r.cited_arxiv_id or "") or arxiv_id_of_doi(r.cited_arxiv_id or "")
+                if citing is not None:
+                    kept.append(Reference(citing, 0, r.key, r.doi, None, None))
+            refs = kept
+        citing_known = {r["arxiv_id"] for r in await self.conn.fetch(
+            "SELECT DISTINCT arxiv_id FROM paper_snapshots WHERE arxiv_id = any($1::text[]) AND observed_at <= $2",
+            list({r.citing_arxiv_id for r in refs}), self.at)} | {k[0] for k in facts.papers}
+        for r in refs:
+            if self.source == "openalex" and r.title in self.openalex_ids:
+                r.doi, r.title, r.year = self.openalex_ids[r.title]
+        dois = [d for d in {r.doi for r in refs if r.doi} if d not in self.known_work_ids]
+        if dois:
+            await self._works(dois)
+        for r in refs:
+            if r.citing_arxiv_id not in citing_known:
+                self.summary.skip("references of arXiv papers not loaded")
+                continue
+            works = self.known_work_ids.get(r.doi or "") or []
+            work_id = works[0][0] if works else None
+            if work_id is not None and works[0][1] is None and (work_id, self.at) not in facts.works:
+                report = WorkReport(title=r.title, year=r.year, snapshot=True)
+                self._work_facts(facts, work_id, r.doi or "", report, None)
+            cited = arxiv_id_of_doi(r.doi) if r.doi else None
+            oid = uuid.uuid5(WORK_NAMESPACE, r.key)
+            facts.observations[(oid,)] = (r.citing_arxiv_id, r.index, self.name, self.at, cited, work_id,
+                                          r.title, r.year)
+            facts.resolutions[(oid, self.at)] = ("verified_exact" if work_id else "unresolved",
+                                                 self.name if work_id else None)
+
+
+def _openalex_arxiv_id(work: dict, doi: str | None) -> str | None:
+    if doi is not None and arxiv_id_of_doi(doi):
+        return arxiv_id_of_doi(doi)
+    for location in work.get("locations") or ():
+        url = location.get("landing_page_url") if isinstance(location, dict) else None
+        match = re.match(r"^https?://arxiv\.org/abs/([^v?#]+?)(?:v\d+)?$", url or "")
+        if match:
+            return match.group(1)
+    return None
+
+
+def _oc_doi(value: str | None) -> str | None:
+    """A COCI DOI, or the `doi:` entry of an Index cell (`omid:br/... doi:10....`)."""
+    for part in (value or "").split():
+        if part.startswith("doi:") or part.startswith("10."):
+            return normalize_doi(part)
+    return normalize_doi(value)
+
+
+def arxiv_paper(record: Any) -> tuple[str, str, list[datetime], str | None, str | None] | None:
+    """(id, title, version dates, primary category, journal DOI) of a metadata-snapshot record."""
+    from app.timeparse import BadInput, parse_arxiv_id
+
+    if not isinstance(record, dict) or not isinstance(record.get("title"), str):
+        return None
+    try:
+        arxiv_id = parse_arxiv_id(str(record.get("id", "")))
+    except BadInput:
+        return None
+    dates = []
+    for version in record.get("versions") or ():
+        created = version.get("created") if isinstance(version, dict) else None
+        try:
+            dates.append(parsedate_to_datetime(created).astimezone(timezone.utc))
+        except (TypeError, ValueError):
+            return None
+    title = collapse(record["title"])
+    if not dates or not title:
+        return None
+    categories = (record.get("categories") or "").split()
+    dois = (record.get("doi") or "").split()
+    return arxiv_id, title, dates, categories[0] if categories else None, normalize_doi(dois[0]) if dois else None
+
+
+def arxiv_oai_records(stream: IO[bytes]) -> Iterator[tuple[str, dict]]:
+    """OAI-PMH `arXivRaw` records as metadata-snapshot records (id, title, categories, doi, versions)."""
+    import xml.etree.ElementTree as ET
+
+    def local(tag: str) -> str:
+        return tag.rsplit("}", 1)[-1]
+
+    n = 0
+    try:
+        for _, element in ET.iterparse(stream, events=("end",)):
+            if local(element.tag) != "arXivRaw":
+                continue
+            n += 1
+            record: dict[str, Any] = {"versions": []}
+            for child in element:
+                name = local(child.tag)
+                if name in ("id", "title", "categories", "doi"):
+                    record[name] = child.text or ""
+                elif name == "version":
+                    date = next((c.text for c in child if local(c.tag) == "date"), None)
+                    record["versions"].append({"version": child.get("version"), "created": date})
+            element.clear()
+            yield f"record {n}", record
+    except ET.ParseError as exc:
+        raise Broken(f"line {exc.position[0]}", f"not valid XML: {exc}") from None
+
+
+def looks_like_xml(stream: IO[bytes]) -> bool:
+    head = stream.peek(64)[:64].lstrip() if hasattr(stream, "peek") else b""
+    return head.startswith(b"<")
+
+
+def instant(value: str | None) -> datetime:
+    from app.timeparse import now_as_of, parse_as_of
+
+    return parse_as_of(value) if value else now_as_of()
+
+
