@@ -358,6 +358,10 @@ async def test_openalex_a_work_its_count_and_an_arxiv_papers_references(seeded, 
                                                      "observedAt": AT}]
     assert work["standing"]["events"] == [] and work["retracted"] is False  # is_retracted: false
     assert [r["source"] for r in work["standing"]["sourceReceipts"]] == ["openalex"]
+    # The arXiv work (no DOI in OpenAlex, an arxiv.org location) is the paper's arXiv DOI's work: retracted.
+    megascale = (await served.graphql(WORK, {"doi": "10.48550/arxiv.2402.15627", "at": AT}))["data"]["work"]
+    assert megascale["retracted"] is True and [e["eventType"] for e in megascale["standing"]["events"]] == ["RETRACTION"]
+    assert megascale["externalCitationMeasurements"] == [{"source": "openalex", "count": 3, "observedAt": AT}]
     # The arXiv work's references: one known (linked to its work), one kept unlinked with its OpenAlex id.
     refs = (await served.graphql("""{ paper(arxivId: "%s", asOf: "%s") { outbound(first: 100) { nodes { source
       referenceIndex citedWork { linked doi title } resolution { status } } } } }""" % (PAPER, AT)))["data"]

@@ -15,12 +15,13 @@ def normalize_doi(value: object) -> str | None:
     percent-encoding; None when the value is no DOI (blank, `unavailable`, not `10.<registrant>/...`)."""
     if not isinstance(value, str):
         return None
-    text = value.strip()
-    if text.lower() in MISSING:
+    text = value.strip().lower()
+    if text.startswith("10.") and "%" not in text:  # the common case, as most sources write it
+        return text if _SHAPE.match(text) else None
+    if text in MISSING:
         return None
     for _ in range(2):  # a URL whose DOI is itself encoded once more
         text = _PREFIXES.sub("", unquote(text).strip())
-    text = text.lower()
     return text if _SHAPE.match(text) else None
 
 

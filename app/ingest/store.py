@@ -114,10 +114,13 @@ ON CONFLICT DO NOTHING
 class Loader:
     """Stages the facts of one file inside its transaction and merges them at the end."""
 
-    def __init__(self, conn: asyncpg.Connection, file: str, *, check_conflicts: bool = True) -> None:
+    def __init__(self, conn: asyncpg.Connection, file: str, *, check_conflicts: bool = True,
+                 staged_unique: bool = False) -> None:
         self.conn = conn
         self.file = file
         self.check_conflicts = check_conflicts
+        # The caller left one staged row per key (app.ingest.sources): only stored facts can conflict.
+        self.staged_unique = staged_unique
         self.pending = Facts()
         self.origins: dict[tuple[str, tuple], str] = {}
         # Set by the bulk path when the fact tables were empty: every staged row is then new, and the
@@ -173,7 +176,7 @@ class Loader:
             added += int(status.split()[-1])
             if not t.values or not self.check_conflicts:
                 continue
-            for other in (f"stage_{t.name}", t.name):
+            for other in (t.name,) if self.staged_unique else (f"stage_{t.name}", t.name):
                 conflict = await self.conn.fetchrow(_conflict_sql(t, other))
                 if conflict is not None:
                     raise ImportRejected(self.file, _describe_conflict(t, conflict))
