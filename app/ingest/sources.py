@@ -21,6 +21,7 @@ import hashlib
 import html
 import io
 import json
+import os
 import re
 import sys
 import time
@@ -305,7 +306,7 @@ class Importer:
         self.known_work_ids: dict[str, list[tuple[uuid.UUID, Any]]] = {}
 
     async def run(self, paths: list[str]) -> Summary:
-        started = time.monotonic()
+        started = self.started = time.monotonic()
         async with self.conn.transaction():
             self.loader = Loader(self.conn, f"{self.source} import", staged_unique=True)  # see DEDUPE
             await self.loader.start()
@@ -337,6 +338,8 @@ class Importer:
                 "AND e.reported_at IS NOT DISTINCT FROM s.reported_at AND e.notice_doi IS NOT DISTINCT FROM s.notice_doi")
             self.summary.facts_added = await self.loader.finish()
         self.summary.seconds = time.monotonic() - started
+        if self.progress is not None:
+            print("", file=self.progress)  # the progress line ends
         return self.summary
 
     async def _file(self, path: str) -> None:
@@ -357,14 +360,28 @@ class Importer:
                 self.read(record, f"{path}, {where}")
                 if len(self.reports) + len(self.references) + len(self.papers) >= BATCH:
                     await self._flush()
-                if self.progress is not None and time.monotonic() - last >= 1.0:
-                    print(f"{path}: {self.summary.records} records", file=self.progress, flush=True)
+                if self.progress is not None and time.monotonic() - last >= 0.5:
                     last = time.monotonic()
+                    self._progress(path, stream)
         except Broken as exc:
             raise ImportRejected(path, exc.message, path=exc.where) from None
         finally:
             if path != "-":
                 stream.close()
+
+    def _progress(self, path: str, stream: Any) -> None:
+        """One line on the terminal, redrawn: a bar of the file read (when its size is known), records, rate."""
+        rate = self.summary.records / max(time.monotonic() - self.started, 1e-6)
+        bar = ""
+        try:
+            raw = getattr(stream, "fileobj", stream)
+            done, size = raw.tell(), os.fstat(raw.fileno()).st_size
+            filled = int(30 * done / size) if size else 0
+            bar = "[" + "#" * filled + "-" * (30 - filled) + "] "
+        except (OSError, ValueError, AttributeError):
+            pass
+        print(f"\r{bar}{path}: {self.summary.records:,} records ({rate:,.0f}/s)", end="", file=self.progress,
+              flush=True)
 
     def read(self, record: Any, where: str) -> None:
         {"crossref": self._crossref, "retraction-watch": self._retraction_watch, "openalex": self._openalex,
