@@ -133,16 +133,22 @@ async def drop_database(admin_url: str, url: str) -> None:
         await conn.close()
 
 
-@pytest_asyncio.fixture(scope="session", loop_scope="session")
-async def database_url(admin_url: str) -> AsyncIterator[str]:
-    """The shared database: both sample snapshots loaded."""
-    url = await create_database(admin_url)
+async def sample_database(admin_url: str, prefix: str = "pith_test") -> str:
+    """A new database with both sample snapshots loaded (5 and 9 August)."""
+    url = await create_database(admin_url, prefix)
     conn = await asyncpg.connect(url)
     try:
         await load_file(conn, str(SEED))
         await load_file(conn, str(AUG9))
     finally:
         await conn.close()
+    return url
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def database_url(admin_url: str) -> AsyncIterator[str]:
+    """The shared database: both sample snapshots loaded."""
+    url = await sample_database(admin_url)
     yield url
     await drop_database(admin_url, url)
 

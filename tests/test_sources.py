@@ -20,7 +20,7 @@ import websockets
 
 from app.ingest.doi import normalize_doi
 from app.ingest.store import load_file
-from tests.conftest import AUG9, ROOT, SEED, LiveServer, StatementLog, create_database, drop_database, serve
+from tests.conftest import AUG9, ROOT, LiveServer, StatementLog, create_database, drop_database, sample_database, serve
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -78,13 +78,7 @@ async def facts(url: str) -> dict[str, int]:
 @pytest_asyncio.fixture(loop_scope="session")
 async def seeded(admin_url):
     """A database with the 5 and 9 August records (their works carry DOIs), and the API on it in-process."""
-    url = await create_database(admin_url, "pith_test_src")
-    conn = await asyncpg.connect(url)
-    try:
-        await load_file(conn, str(SEED))
-        await load_file(conn, str(AUG9))
-    finally:
-        await conn.close()
+    url = await sample_database(admin_url, "pith_test_src")
     async for served in serve(url, StatementLog()):
         yield url, served
     await drop_database(admin_url, url)
@@ -136,13 +130,7 @@ async def test_a_retraction_watch_row_lights_up_the_papers_that_cite_the_doi_fro
 
 
 async def test_standing_changed_fires_when_retraction_watch_is_imported(admin_url, tmp_path):
-    url = await create_database(admin_url, "pith_test_src_live")
-    conn = await asyncpg.connect(url)
-    try:
-        await load_file(conn, str(SEED))
-        await load_file(conn, str(AUG9))
-    finally:
-        await conn.close()
+    url = await sample_database(admin_url, "pith_test_src_live")
     server = LiveServer(url)
     path = tmp_path / "rw.csv"
     path.write_text(rw_csv([{"RetractionDate": "8/7/2026 0:00", "RetractionDOI": "10.9999/r.2",
