@@ -21,10 +21,9 @@ from app.timeparse import BadInput, parse_arxiv_id, parse_search_words
 from app.types.enums import ChangeKind, Direction
 from app.types.diff import RecordChange, RecordDiff
 from app.types.node import GlobalId, Node, parse_global_id
-from app.types.graph import CitationObservation, Paper
+from app.types.graph import CitationObservation, Paper, Work
 from app.types.pageinfo import PageInfo
 from app.types.paging import check_first
-from app.types.work import Work
 from app.types.record import CitationRecord
 from app.types.scalars import SCALARS
 
