@@ -242,16 +242,25 @@ def cmd_synth(args: argparse.Namespace, settings: Settings) -> int:
     dsn = _database_url(settings)
     asyncio.run(_migrate(dsn))
 
-    async def run() -> None:
+    async def run() -> int:
         conn = await connect(dsn, server_settings={"application_name": "pith-graph synth"})
         try:
+            held = await conn.fetchval("SELECT count(*) FROM paper_snapshots")
+            if held and not args.append:
+                print(f"error: the database already holds {held:,} paper snapshots; synth writes a graph of its own "
+                      "(papers 1501.00001 ... and their references) and would merge into them. Use an empty "
+                      "database, or --append to add the synthetic graph's facts beside what is there (facts that "
+                      "contradict stored ones are refused)", file=sys.stderr)
+                return 2
             result = await write_synthetic(conn, args.papers, args.seed)
         finally:
             await conn.close()
         print(f"synth: {result.papers} papers, {result.observations:,} observations, {result.rows:,} rows in "
               f"{result.seconds:.1f}s ({result.observations / result.seconds:,.0f} observations/s)", file=sys.stderr)
+        return 0
 
-    asyncio.run(run())
+    if asyncio.run(run()):
+        return 2
     if args.ndjson:
         return cmd_dump(argparse.Namespace(path=args.ndjson, as_of=None), replace(settings, database_url=dsn))
     return 0
@@ -447,6 +456,8 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--papers", type=int, required=True)
     synth.add_argument("--seed", type=int, default=1)
     synth.add_argument("--ndjson", metavar="PATH", help="then also write every record as ndjson to PATH")
+    synth.add_argument("--append", action="store_true",
+                       help="write into a database that holds data (the synthetic facts are added beside it)")
     synth.set_defaults(func=cmd_synth)
 
     dump = sub.add_parser("dump", help="write every paper's uncapped v1 record as ndjson (- for standard output)")

@@ -169,6 +169,8 @@ class Costing:
             return size + (args.get("depth") or 2) * PRICES["hop"]  # the edges read, a statement per hop
         if name == "totalCount":
             return PRICES["count"]
+        if name == "citationsByYear":  # every citing observation of the paper, and each citer's snapshot
+            return 2 * self.scale.max_degree
         if name in ("standingNotice", "standing", "digest"):
             return PRICES["standing"]
         return 0

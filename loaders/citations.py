@@ -353,3 +353,30 @@ async def observations_by_id(db: Db, ids: Sequence[UUID], as_of: datetime) -> li
     for row in await db.fetch(OBSERVATIONS_BY_ID, list(ids), as_of):
         found[row["ord"] - 1] = observation_from(row)
     return found
+
+
+# Distinct citing papers of each paper at the instant, by the year their version 1 was submitted (from
+# each citing paper's snapshot at the instant), uncapped, in one statement.
+CITATIONS_BY_YEAR: Final = at_param("""
+SELECT k.ord, extract(year FROM s.submitted_at AT TIME ZONE 'UTC')::int AS year, count(*)::int AS n
+FROM unnest($1::text[]) WITH ORDINALITY AS k(arxiv_id, ord)
+CROSS JOIN LATERAL (
+    SELECT DISTINCT o.citing_arxiv_id FROM citation_observations AS o
+    WHERE o.cited_arxiv_id = k.arxiv_id AND o.visible_from <= $AS
+) AS c
+CROSS JOIN LATERAL (
+    SELECT p.submitted_at FROM paper_snapshots AS p
+    WHERE p.arxiv_id = c.citing_arxiv_id AND p.observed_at <= $AS
+    ORDER BY p.observed_at DESC LIMIT 1
+) AS s
+GROUP BY k.ord, year
+ORDER BY k.ord, year
+""", 2)
+
+
+async def citations_by_year(db: Db, arxiv_ids: Sequence[str], as_of: datetime) -> list[list[tuple[int, int]]]:
+    """(year, citing papers) per paper, oldest year first."""
+    found: list[list[tuple[int, int]]] = [[] for _ in arxiv_ids]
+    for row in await db.fetch(CITATIONS_BY_YEAR, list(arxiv_ids), as_of):
+        found[row["ord"] - 1].append((row["year"], row["n"]))
+    return found

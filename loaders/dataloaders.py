@@ -12,7 +12,8 @@ from uuid import UUID
 from aiodataloader import DataLoader
 
 from loaders.base import RECORD_BUILD_UNITS, Db, charge
-from loaders.citations import PageKey, citation_counts, inbound_pages, observations_by_id, outbound_pages
+from loaders.citations import (PageKey, citation_counts, citations_by_year, inbound_pages, observations_by_id,
+                               outbound_pages)
 from loaders.measurements import measurements_by_paper
 from loaders.papers import paper_snapshots
 from loaders.record import SERVED_CAPS, record_histories, record_rows
@@ -139,6 +140,13 @@ class Loaders:
     @cached_property
     def paper_doi(self) -> DataLoader:
         return DataLoader(self._paper_dois)
+
+    @cached_property
+    def citations_by_year(self) -> DataLoader:
+        return DataLoader(self._citations_by_year)
+
+    async def _citations_by_year(self, keys: Sequence[str]) -> list[list[tuple[int, int]]]:
+        return await citations_by_year(self.db, keys, self.as_of)
 
     async def _works_by_doi(self, keys: Sequence[str]) -> list[WorkSnapshot | None]:
         return await works_by_doi(self.db, keys, self.as_of)

@@ -207,10 +207,27 @@ class ParsedDocument:
     rows: RecordRows
 
 
+def _arxiv_id(obj: Any, key: str, path: str, *, nullable: bool = False) -> str | None:
+    """An arXiv id by the API's own rule (app.timeparse.parse_arxiv_id), as the API will look it up."""
+    from app.timeparse import BadInput, parse_arxiv_id
+
+    value = _str(obj, key, path, nullable=nullable)
+    if value is None:
+        return None
+    try:
+        if parse_arxiv_id(value) == value:
+            return value
+    except BadInput:
+        pass
+    raise DocumentError(f"{path}.{key}", f"{value[:60]!r} is not an arXiv id as the API looks them up: new style "
+                                         "YYMM.NNNN or YYMM.NNNNN (e.g. 2402.15627) or old style archive/YYMMNNN, "
+                                         "without version")
+
+
 def _paper(obj: Any, path: str, *, full: bool) -> PaperSnapshot:
     version_key = "latest_version" if full else "version"
     return PaperSnapshot(
-        arxiv_id=_str(obj, "arxiv_id", path),
+        arxiv_id=_arxiv_id(obj, "arxiv_id", path),
         observed_at=_z(obj, "snapshot_observed_at", path),
         title=_str(obj, "title", path),
         latest_version=_int(obj, version_key, path, minimum=1),
@@ -242,7 +259,7 @@ def _observation(obj: Any, path: str, facts: Facts, standing: dict[UUID, dict]) 
     if work_id is None:
         printed_title = _str(work_raw, "title", wpath, nullable=True)
         printed_year = _int(work_raw, "year", wpath, nullable=True)
-        pith = _str(work_raw, "pith_arxiv_id", wpath, nullable=True)
+        pith = _arxiv_id(work_raw, "pith_arxiv_id", wpath, nullable=True)
         cited_arxiv_id = cited.arxiv_id if cited is not None else pith
     else:
         work = WorkSnapshot(
@@ -251,7 +268,7 @@ def _observation(obj: Any, path: str, facts: Facts, standing: dict[UUID, dict]) 
             arxiv_id=_str(work_raw, "arxiv_id", wpath, nullable=True),
             doi=_str(work_raw, "doi", wpath, nullable=True),
             metadata_source=_str(work_raw, "metadata_source", wpath, nullable=True),
-            pith_arxiv_id=_str(work_raw, "pith_arxiv_id", wpath, nullable=True),
+            pith_arxiv_id=_arxiv_id(work_raw, "pith_arxiv_id", wpath, nullable=True),
             title=_str(work_raw, "title", wpath, nullable=True),
             venue=_str(work_raw, "venue", wpath, nullable=True),
             year=_int(work_raw, "year", wpath, nullable=True),

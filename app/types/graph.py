@@ -43,6 +43,12 @@ def _statuses(status: list[ResolutionStatus] | None) -> tuple[str, ...] | None:
     return None if status is None else tuple(sorted({s.value for s in status}))
 
 
+@strawberry.type(description="How many distinct papers submitted in a year cite a paper.")
+class YearCount:
+    year: int = strawberry.field(description="The year the citing papers' version 1 was submitted (UTC).")
+    count: int = strawberry.field(description="How many distinct citing papers were submitted that year.")
+
+
 @strawberry.type(description=(
     "The work a reference is linked to, from its latest work snapshot at the instant; without a canonical "
     "link, what the bibliography printed (workId, doi, arxivId, metadataSource and venue are then null)."))
@@ -179,6 +185,13 @@ class Paper(Node):
         "links it to its work: work(doi:)."))
     async def doi(self, info: Info) -> str | None:
         return await info.context.loaders(self.as_of).paper_doi.load(self.arxiv_id)
+
+    @strawberry.field(description=(
+        "Distinct papers citing this one as of the instant, by the year their version 1 was submitted, oldest "
+        "first (years with none left out); uncapped, one statement for every paper asked."))
+    async def citations_by_year(self, info: Info) -> list[YearCount]:
+        found = await info.context.loaders(self.as_of).citations_by_year.load(self.arxiv_id)
+        return [YearCount(year=year, count=count) for year, count in found]
 
     @strawberry.field(description="Each source's latest citation count at the instant, by source; never summed.")
     async def external_citation_measurements(self, info: Info) -> list[ExternalCitationMeasurement]:
