@@ -431,3 +431,22 @@ async def test_standard_input_and_work_lookup_refusals(seeded):
     body = await served.graphql('{ work(doi: "not a doi") { title } }')
     assert body["errors"][0]["extensions"]["code"] == "BAD_USER_INPUT" and "10.1038" in body["errors"][0]["message"]
     assert (await served.graphql('{ work(doi: "10.5555/nobody") { title } }'))["data"]["work"] is None
+
+
+async def test_openalex_references_link_to_works_read_in_later_batches(seeded, tmp_path):
+    from app.ingest.sources import BATCH
+
+    url, served = seeded
+    n = BATCH + 200  # the arXiv work's references are described after a batch has been written
+    arxiv_work = {"id": "https://openalex.org/W9000000002", "title": "MegaScale", "publication_year": 2024,
+                  "locations": [{"landing_page_url": "http://arxiv.org/abs/2402.15627"}],
+                  "referenced_works": [f"https://openalex.org/W7{i:07d}" for i in (0, n - 1)]}
+    lines = [json.dumps(arxiv_work)] + [json.dumps({"id": f"https://openalex.org/W7{i:07d}", "doi": f"10.7777/w.{i}",
+                                                    "title": f"Work {i}", "publication_year": 2020}) for i in range(n)]
+    path = tmp_path / "many.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    imported(url, "openalex", str(path))
+    refs = (await served.graphql("""{ paper(arxivId: "%s", asOf: "%s") { outbound(first: 100) { nodes { source
+      referenceIndex citedWork { doi title } } } } }""" % (PAPER, AT)))["data"]["paper"]["outbound"]["nodes"]
+    assert [(r["referenceIndex"], r["citedWork"]["doi"], r["citedWork"]["title"]) for r in refs
+            if r["source"] == "openalex"] == [(1, "10.7777/w.0", "Work 0"), (2, f"10.7777/w.{n - 1}", f"Work {n - 1}")]

@@ -302,7 +302,10 @@ class Importer:
         self.papers: dict[str, tuple] = {}
         self.paper_dois: dict[str, str] = {}
         self.cited_counts: dict[str, int] = {}  # OpenCitations: citing rows per cited DOI
-        self.openalex_ids: dict[str, tuple[str | None, str | None, int | None]] = {}  # W id -> doi, title, year
+        # OpenAlex: every work's id (to link references to works described anywhere in the import) and the
+        # arXiv works' references, spilled to temporary tables batch by batch, resolved at the end.
+        self.openalex_ids: list[tuple[str, str | None, str | None, int | None]] = []
+        self.openalex_refs: list[tuple[str, int, str]] = []
         self.known_work_ids: dict[str, list[tuple[uuid.UUID, Any]]] = {}
 
     async def run(self, paths: list[str]) -> Summary:
@@ -358,7 +361,7 @@ class Importer:
             for where, record in reader:
                 self.summary.records += 1
                 self.read(record, f"{path}, {where}")
-                if len(self.reports) + len(self.references) + len(self.papers) >= BATCH:
+                if len(self.reports) + len(self.references) + len(self.papers) + len(self.openalex_refs) >= BATCH:
                     await self._flush()
                 if self.progress is not None and time.monotonic() - last >= 0.5:
                     last = time.monotonic()
@@ -452,7 +455,7 @@ class Importer:
         year = work.get("publication_year") if isinstance(work.get("publication_year"), int) else None
         title = _text(work.get("title") or work.get("display_name"))
         if wid:
-            self.openalex_ids[wid] = (doi, title, year)
+            self.openalex_ids.append((wid, doi, title, year))
         if doi is None and arxiv is None:
             return self.summary.skip("works without a DOI or arXiv id")
         if doi is not None:
@@ -469,7 +472,7 @@ class Importer:
         if arxiv is not None:
             for i, ref in enumerate(work.get("referenced_works") or (), start=1):
                 if isinstance(ref, str):
-                    self.references.append(Reference(arxiv, i, f"openalex:{arxiv}:{ref}", None, ref, None))
+                    self.openalex_refs.append((arxiv, i, ref))
         return None
 
     # arXiv metadata: the snapshot (JSON lines) here; OAI-PMH arXivRaw XML through arxiv_oai_records.
@@ -515,9 +518,13 @@ class Importer:
                 for work_id, latest in known.get(doi) or self.known_work_ids.get(doi) or ():
                     self._work_facts(facts, work_id, doi, report, latest)
             self.reports = {}
-            if self.source in ("crossref", "retraction-watch"):
+            if self.source != "opencitations":
                 self.known_work_ids = {}  # nothing later needs them: memory stays bounded by the batch
-        if self.references and (final or self.source != "openalex"):
+        if self.source == "openalex":  # (an index on the spilled ids keeps the references' lookups cheap)
+            await self._spill_openalex()
+            if final:
+                await self._openalex_references()
+        if self.references:
             await self._references(facts)
         # Straight into the staging tables (the facts are one per key already): the merge and the
         # per-fact origins a v1 document needs would cost more than the rest of the import.
@@ -555,6 +562,40 @@ class Importer:
         if report.count is not None:
             facts.work_measurements[(work_id, source, at)] = (report.count,)
 
+    async def _spill_openalex(self) -> None:
+        if not hasattr(self, "_spilled"):
+            await self.conn.execute(
+                "CREATE TEMP TABLE openalex_works (wid text, doi text, title text, year int) ON COMMIT DROP; "
+                "CREATE INDEX ON openalex_works (wid); "
+                "CREATE TEMP TABLE openalex_refs (citing text, idx int, ref text) ON COMMIT DROP; "
+                "CREATE INDEX ON openalex_refs (citing, idx)")
+            self._spilled = True
+        if self.openalex_ids:
+            await self.conn.copy_records_to_table("openalex_works", records=self.openalex_ids)
+        if self.openalex_refs:
+            await self.conn.copy_records_to_table("openalex_refs", records=self.openalex_refs)
+        self.openalex_ids, self.openalex_refs = [], []
+
+    async def _openalex_references(self) -> None:
+        """The arXiv works' references, each linked to the work it names when the import described it,
+        read back a batch at a time and staged like any other facts."""
+        await self.conn.execute("ANALYZE openalex_works; ANALYZE openalex_refs")
+        after: tuple[str, int] = ("", 0)
+        while True:  # keyset pages: each is staged before the next is read
+            rows = await self.conn.fetch(
+                "SELECT r.citing, r.idx, r.ref, w.doi, w.title, w.year FROM openalex_refs AS r "
+                "LEFT JOIN LATERAL (SELECT doi, title, year FROM openalex_works AS x WHERE x.wid = r.ref LIMIT 1) AS w "
+                "ON true WHERE (r.citing, r.idx) > ($1, $2) ORDER BY r.citing, r.idx LIMIT $3", *after, BATCH)
+            if not rows:
+                return
+            after = (rows[-1]["citing"], rows[-1]["idx"])
+            self.references = [Reference(r["citing"], r["idx"], f"openalex:{r['citing']}:{r['ref']}", r["doi"],
+                                         r["title"] if r["doi"] else r["ref"], r["year"]) for r in rows]
+            facts = Facts()
+            await self._references(facts)
+            await self.loader.stage_rows({t.fact: [k + v for k, v in getattr(facts, t.fact).items()]
+                                          for t in TABLES}, f"{self.source} import")
+
     async def _references(self, facts: Facts) -> None:
         """Citation observations of arXiv papers: OpenAlex's referenced works, OpenCitations' rows whose
         citing DOI is a known arXiv paper's. A referenced work not described in the same import is
@@ -573,9 +614,6 @@ class Importer:
         citing_known = {r["arxiv_id"] for r in await self.conn.fetch(
             "SELECT DISTINCT arxiv_id FROM paper_snapshots WHERE arxiv_id = any($1::text[]) AND observed_at <= $2",
             list({r.citing_arxiv_id for r in refs}), self.at)} | {k[0] for k in facts.papers}
-        for r in refs:
-            if self.source == "openalex" and r.title in self.openalex_ids:
-                r.doi, r.title, r.year = self.openalex_ids[r.title]
         dois = [d for d in {r.doi for r in refs if r.doi} if d not in self.known_work_ids]
         if dois:
             await self._works(dois)
@@ -585,7 +623,9 @@ class Importer:
                 continue
             works = self.known_work_ids.get(r.doi or "") or []
             work_id = works[0][0] if works else None
-            if work_id is not None and works[0][1] is None and (work_id, self.at) not in facts.works:
+            # A cited work new to the database is described by its own record (OpenAlex), or here (OpenCitations).
+            if self.source != "openalex" and work_id is not None and works[0][1] is None \
+                    and (work_id, self.at) not in facts.works:
                 report = WorkReport(title=r.title, year=r.year, snapshot=True)
                 self._work_facts(facts, work_id, r.doi or "", report, None)
             cited = arxiv_id_of_doi(r.doi) if r.doi else None
