@@ -160,10 +160,10 @@ class Loaders:
     async def _papers(self, keys: Sequence[str]) -> list[PaperSnapshot | None]:
         return await paper_snapshots(self.db, keys, self.as_of)
 
-    async def _inbound(self, group: tuple, keys: list[PageRequest]) -> list[list[Observation]]:
+    async def _inbound(self, group: tuple, keys: list[PageRequest], of_works: bool = False) -> list[list[Observation]]:
         limit, statuses, _, backward = group
         pages = await inbound_pages(self.db, [PageKey(k.arxiv_id, k.after) for k in keys], self.as_of, limit, statuses,
-                                    backward)
+                                    backward, of_works)
         self._prime(pages)
         return pages
 
@@ -175,11 +175,7 @@ class Loaders:
         return pages
 
     async def _work_inbound(self, group: tuple, keys: list[PageRequest]) -> list[list[Observation]]:
-        limit, statuses, _, backward = group
-        pages = await inbound_pages(self.db, [PageKey(k.arxiv_id, k.after) for k in keys], self.as_of, limit, statuses,
-                                    backward, of_works=True)
-        self._prime(pages)
-        return pages
+        return await self._inbound(group, keys, of_works=True)
 
     def _prime(self, pages: list[list[Observation]]) -> None:
         # Rows carry the citing and cited snapshots: later lookups of those papers cost nothing.

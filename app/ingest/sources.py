@@ -96,7 +96,7 @@ class Reference:
     doi: str | None
     title: str | None
     year: int | None
-    cited_arxiv_id: str | None = None
+    citing_doi: str | None = None  # OpenCitations: the citing work, until it is known as an arXiv paper
 
 
 @dataclass
@@ -494,7 +494,7 @@ class Importer:
         self.cited_counts[cited] = self.cited_counts.get(cited, 0) + 1
         if citing is not None:
             self.references.append(Reference("", 0, f"opencitations:{citing}:{cited}", cited, None, None,
-                                             cited_arxiv_id=citing))  # citing DOI kept here until resolved
+                                             citing_doi=citing))
         return None
 
     # --- writing ------------------------------------------------------------------------------------
@@ -526,8 +526,11 @@ class Importer:
                 await self._openalex_references()
         if self.references:
             await self._references(facts)
-        # Straight into the staging tables (the facts are one per key already): the merge and the
-        # per-fact origins a v1 document needs would cost more than the rest of the import.
+        await self._stage(facts)
+
+    async def _stage(self, facts: Facts) -> None:
+        """Straight into the staging tables (the facts are one per key already): the merge and the
+        per-fact origins a v1 document needs would cost more than the rest of the import."""
         await self.loader.stage_rows({t.fact: [k + v for k, v in getattr(facts, t.fact).items()] for t in TABLES},
                                      f"{self.source} import")
 
@@ -593,8 +596,7 @@ class Importer:
                                          r["title"] if r["doi"] else r["ref"], r["year"]) for r in rows]
             facts = Facts()
             await self._references(facts)
-            await self.loader.stage_rows({t.fact: [k + v for k, v in getattr(facts, t.fact).items()]
-                                          for t in TABLES}, f"{self.source} import")
+            await self._stage(facts)
 
     async def _references(self, facts: Facts) -> None:
         """Citation observations of arXiv papers: OpenAlex's referenced works, OpenCitations' rows whose
@@ -604,10 +606,10 @@ class Importer:
         if self.source == "opencitations":
             by_doi = {r["doi"]: r["arxiv_id"] for r in await self.conn.fetch(
                 "SELECT DISTINCT ON (doi) doi, arxiv_id FROM paper_dois WHERE doi = any($1::text[]) "
-                "ORDER BY doi, observed_at DESC", list({r.cited_arxiv_id for r in refs if r.cited_arxiv_id}))}
+                "ORDER BY doi, observed_at DESC", list({r.citing_doi for r in refs if r.citing_doi}))}
             kept = []
             for r in refs:
-                citing = by_doi.get(r.cited_arxiv_id or "") or arxiv_id_of_doi(r.cited_arxiv_id or "")
+                citing = by_doi.get(r.citing_doi or "") or arxiv_id_of_doi(r.citing_doi or "")
                 if citing is not None:
                     kept.append(Reference(citing, 0, r.key, r.doi, None, None))
             refs = kept
