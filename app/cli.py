@@ -40,7 +40,11 @@ async def _migrate(dsn: str) -> list[str]:
     try:
         if not await pending(conn):
             return []
-        return await migrate(conn)
+        notes: list[str] = []
+        applied = await migrate(conn, notes)
+        for note in notes:  # what a migration changed in stored data
+            print(f"migrate: {note}", file=sys.stderr)
+        return applied
     finally:
         await conn.close()
 

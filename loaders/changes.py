@@ -30,6 +30,12 @@ def _previous_paper(alias: str) -> str:
             f"AND q.observed_at < {alias}.observed_at ORDER BY q.observed_at DESC LIMIT 1)")
 
 
+# A work's standing shows in a record once the work has a snapshot (the notice of an unlinked work is
+# unavailable): a receipt or event observed before that is not a change of its own (the timeline's rule).
+_LINKED = ("EXISTS (SELECT 1 FROM work_snapshots AS ws WHERE ws.work_id = {fact}.work_id "
+           "AND ws.observed_at <= {fact}.observed_at)")
+
+
 # $1 paper, $2 from (exclusive), $3 to (inclusive), $4 how many at most (NULL: all), $5 the kinds (NULL: all).
 CHANGES: Final = f"""
 WITH shown AS (  -- the observations of the uncapped record at `to`, in record order
@@ -80,12 +86,12 @@ ch AS (
                               'reportedAt', e.reported_at, 'noticeDoi', e.notice_doi), NULL, NULL,
            jsonb_build_object('eventType', upper(e.event_type), 'source', e.source)
     FROM work_events AS e JOIN by_work AS b USING (work_id)
-    WHERE e.observed_at > $2 AND e.observed_at <= $3
+    WHERE e.observed_at > $2 AND e.observed_at <= $3 AND {_LINKED.format(fact='e')}
     UNION ALL
     SELECT 'STANDING_CHECKED', x.observed_at, b.observation_id, NULL, NULL, NULL,
            jsonb_build_object('source', x.source)
     FROM standing_receipts AS x JOIN by_work AS b USING (work_id)
-    WHERE x.observed_at > $2 AND x.observed_at <= $3
+    WHERE x.observed_at > $2 AND x.observed_at <= $3 AND {_LINKED.format(fact='x')}
     UNION ALL
     SELECT 'MEASUREMENT_CHANGED', m.observed_at, NULL, NULL,
            jsonb_build_object('source', m.source, 'count', m.count, 'observedAt', m.observed_at),

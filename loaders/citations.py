@@ -31,21 +31,30 @@ _LATEST_STATUS: Final = """coalesce((
 # has a snapshot), at the instant $AS.
 VISIBLE: Final = "o.visible_from <= $AS"
 
-# A cited work counts as retracted when its notice is measured and the latest of its retraction,
-# withdrawal and reinstatement events at the instant is a retraction or withdrawal.
-_RETRACTED: Final = """(o.work_id IS NOT NULL
+# A cited work counts as retracted when it is linked (has a snapshot) at the instant and the latest of
+# its retraction, withdrawal and reinstatement events at the instant is a retraction or withdrawal. Its
+# notice is then measured: the database records every event with its source's receipt (migration 0009).
+def retracted_sql(work: str) -> str:
+    """The rule, as an SQL condition on the work id expression `work` at the instant $AS (the same for a
+    reference's cited work, citesRetracted, and a listed work, works(filter: {retracted: ...}))."""
+    return """(""" + work + """ IS NOT NULL
         AND EXISTS (SELECT 1 FROM work_snapshots AS ws
-                    WHERE ws.work_id = o.work_id AND ws.observed_at <= $AS)
-        AND EXISTS (SELECT 1 FROM standing_receipts AS sr
-                    WHERE sr.work_id = o.work_id AND sr.observed_at <= $AS)
+                    WHERE ws.work_id = """ + work + """ AND ws.observed_at <= $AS)
         AND coalesce((
             SELECT e.event_type IN """ + sql_list(RETRACTING) + """
             FROM work_events AS e
-            WHERE e.work_id = o.work_id
+            WHERE e.work_id = """ + work + """
               AND e.observed_at <= $AS
               AND e.event_type IN """ + sql_list(STANDING_DECIDING) + """
             ORDER BY """ + event_order_sql("e", descending=True) + """
             LIMIT 1), false))"""
+
+
+_RETRACTED: Final = retracted_sql("o.work_id")
+# Works that may be retracted at $AS (a retracting event by then): what the rule is checked on, when a
+# query starts from the few retracted works instead of every reference.
+MAY_BE_RETRACTED: Final = ("(SELECT e.work_id FROM work_events AS e WHERE e.observed_at <= $AS AND e.event_type IN "
+                           + sql_list(RETRACTING) + ")")
 
 _DETAIL_COLUMNS: Final = """
        o.observation_id, o.citing_arxiv_id, o.reference_index, o.source, o.source_observed_at,

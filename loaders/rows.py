@@ -22,6 +22,13 @@ EVENT_TYPES: tuple[str, ...] = (
     "reinstatement",
 )
 CACHE_SUFFIX = "_status_cache"
+# Sources of generated data (`pith-graph synth`) are named with this prefix, so every reader can tell
+# them from real ones: receipts, /evidence, the records themselves (the source names are in them).
+SYNTHETIC_PREFIX = "synthetic_"
+
+
+def is_synthetic(source: str | None) -> bool:
+    return source is not None and source.startswith(SYNTHETIC_PREFIX)
 
 # The rules every reader shares (SQL statements, the compiled queries, the exports, the record):
 UNRESOLVED = "unresolved"  # the status of a parsed reference with no resolution recorded yet
@@ -123,6 +130,10 @@ class Receipt:
     @property
     def is_live(self) -> bool:
         return not self.source.endswith(CACHE_SUFFIX)
+
+    @property
+    def is_synthetic(self) -> bool:
+        return is_synthetic(self.source)
 
 
 @dataclass(frozen=True, slots=True)

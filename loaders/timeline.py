@@ -13,7 +13,7 @@ at their other ends. Which of those facts the record shows is then decided here,
 - A new observation always changes the record (its side's total is in the record); the paper's own
   snapshots and measurements always do. A resolution shows when its observation is in the record; a
   work's snapshot, receipt or event when an observation of that work is in the record (receipts and
-  events only once the work has a snapshot, events only once some source has checked the work); a
+  events only once the work has a snapshot; an event always comes with its source's receipt); a
   citing (cited) paper's snapshot when one of its inbound (outbound) observations is.
 - Nothing shows before the paper's first snapshot (there is no record yet); the thesis date turning
   over at midnight is not a fact.
@@ -54,8 +54,7 @@ OBSERVATIONS_OF_EACH: Final = ("SELECT t.p_ord, x.* FROM unnest($1::text[]) WITH
 
 # $1 the papers, $2 window start (exclusive), $3 window end (inclusive), $4 observation ids, $5 work ids,
 # $6 citing paper ids (inbound), $7 cited paper ids (outbound), each the union over the papers. FIRST_*
-# rows: when a paper or work got its first snapshot and a work its first receipt, at any time (they decide
-# what can show). A paper's own facts carry its arxiv_id.
+# rows: when a paper or work got its first snapshot, at any time (they decide what can show). A paper's own facts carry its arxiv_id.
 # (kind, table, the row's observation / work / paper columns, which rows) of each fact in the window.
 _IN_WINDOW: Final = (
     ("PAPER_UPDATED", "paper_snapshots", "NULL", "NULL", "arxiv_id", "arxiv_id = ANY($1::text[])"),
@@ -74,8 +73,6 @@ FACTS: Final = "\nUNION ALL\n".join(
     + ["SELECT 'FIRST_PAPER', min(observed_at), NULL, NULL, arxiv_id FROM paper_snapshots "
        "WHERE arxiv_id = ANY($1::text[]) GROUP BY arxiv_id",
        "SELECT 'FIRST_WORK', min(observed_at), NULL, work_id, NULL FROM work_snapshots "
-       "WHERE work_id = ANY($5::uuid[]) GROUP BY work_id",
-       "SELECT 'FIRST_RECEIPT', min(observed_at), NULL, work_id, NULL FROM standing_receipts "
        "WHERE work_id = ANY($5::uuid[]) GROUP BY work_id"])
 
 NEVER: Final = math.inf
@@ -139,14 +136,11 @@ def changes(shown: dict[tuple[str, UUID], Shown], facts: Sequence[Any], low: int
     """The entries with low <= at <= high, oldest first."""
     first_paper = NEVER
     first_work: dict[UUID, int] = {}
-    first_receipt: dict[UUID, int] = {}
     for f in facts:
         if f["kind"] == "FIRST_PAPER" and f["at"] is not None:
             first_paper = second_up(f["at"])
         elif f["kind"] == "FIRST_WORK":
             first_work[f["work_id"]] = second_up(f["at"])
-        elif f["kind"] == "FIRST_RECEIPT":
-            first_receipt[f["work_id"]] = second_up(f["at"])
     by_work: dict[UUID, list[Shown]] = defaultdict(list)
     by_citing: dict[str, list[Shown]] = defaultdict(list)
     by_cited: dict[str, list[Shown]] = defaultdict(list)
@@ -179,12 +173,8 @@ def changes(shown: dict[tuple[str, UUID], Shown], facts: Sequence[Any], low: int
                         for s in (shown.get(("in", f["observation_id"])), shown.get(("out", f["observation_id"]))))
         elif kind == "WORK_UPDATED":
             shows = any_at(by_work[f["work_id"]], second)
-        elif kind == "STANDING_CHECKED":
+        elif kind in ("STANDING_CHECKED", "STANDING_EVENT"):
             shows = first_work.get(f["work_id"], NEVER) <= second and any_at(by_work[f["work_id"]], second)
-        elif kind == "STANDING_EVENT":
-            shows = (first_work.get(f["work_id"], NEVER) <= second
-                     and first_receipt.get(f["work_id"], NEVER) <= second
-                     and any_at(by_work[f["work_id"]], second))
         elif kind == "CITING_PAPER_UPDATED":
             shows = any_at(by_citing[f["arxiv_id"]], second)
         else:  # CITED_PAPER_UPDATED
@@ -195,7 +185,7 @@ def changes(shown: dict[tuple[str, UUID], Shown], facts: Sequence[Any], low: int
 
 
 OWN: Final = frozenset({"PAPER_UPDATED", "MEASUREMENT_CHANGED", "FIRST_PAPER"})  # a paper's own facts
-OF_WORKS: Final = frozenset({"WORK_UPDATED", "STANDING_EVENT", "STANDING_CHECKED", "FIRST_WORK", "FIRST_RECEIPT"})
+OF_WORKS: Final = frozenset({"WORK_UPDATED", "STANDING_EVENT", "STANDING_CHECKED", "FIRST_WORK"})
 
 
 async def timelines(db: Db, papers: Sequence[str], low: int, high: int, cap_in: int,

@@ -28,9 +28,19 @@ async def pending(conn: asyncpg.Connection) -> list[str]:
     return [version for version, _ in migration_files() if version not in done]
 
 
-async def migrate(conn: asyncpg.Connection) -> list[str]:
-    """Apply every pending migration, each in its own transaction; return the versions applied."""
+async def migrate(conn: asyncpg.Connection, notes: list[str] | None = None, until: str | None = None) -> list[str]:
+    """Apply every pending migration (up to and including `until`, when named), each in its own
+    transaction; return the versions applied.
+
+    What a migration says of the data it repaired (its NOTICEs, also kept in data_repairs) is appended
+    to `notes`."""
     applied: list[str] = []
+
+    def heard(_conn: asyncpg.Connection, message: asyncpg.PostgresLogMessage) -> None:
+        if notes is not None and message.severity_en in ("NOTICE", "INFO", "WARNING"):
+            notes.append(str(message.message))
+
+    conn.add_log_listener(heard)
     await conn.execute("SELECT pg_advisory_lock($1)", _LOCK_KEY)
     try:
         await conn.execute(
@@ -39,6 +49,8 @@ async def migrate(conn: asyncpg.Connection) -> list[str]:
         )
         done = await applied_versions(conn)
         for version, sql in migration_files():
+            if until is not None and version > until:
+                break
             if version in done:
                 continue
             async with conn.transaction():
@@ -46,5 +58,6 @@ async def migrate(conn: asyncpg.Connection) -> list[str]:
                 await conn.execute("INSERT INTO schema_migrations (version) VALUES ($1)", version)
             applied.append(version)
     finally:
+        conn.remove_log_listener(heard)
         await conn.execute("SELECT pg_advisory_unlock($1)", _LOCK_KEY)
     return applied

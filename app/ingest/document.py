@@ -71,6 +71,9 @@ def _str(obj: Any, key: str, path: str, *, nullable: bool = False) -> str | None
     return value
 
 
+INT_MIN, INT_MAX = -2**31, 2**31 - 1
+
+
 def _int(obj: Any, key: str, path: str, *, nullable: bool = False, minimum: int | None = None) -> int | None:
     value = _get(obj, key, path)
     if value is None and nullable:
@@ -79,6 +82,8 @@ def _int(obj: Any, key: str, path: str, *, nullable: bool = False, minimum: int 
         raise DocumentError(f"{path}.{key}", f"expected an integer{' or null' if nullable else ''}, found {_kind(value)}")
     if minimum is not None and value < minimum:
         raise DocumentError(f"{path}.{key}", f"expected an integer >= {minimum}, found {value}")
+    if not INT_MIN <= value <= INT_MAX:  # the column is an integer, and GraphQL's Int is 32-bit
+        raise DocumentError(f"{path}.{key}", f"expected an integer from {INT_MIN} to {INT_MAX} (32-bit), found {value}")
     return value
 
 
@@ -265,7 +270,7 @@ def _observation(obj: Any, path: str, facts: Facts, standing: dict[UUID, dict]) 
         work = WorkSnapshot(
             work_id=work_id,
             observed_at=_z(work_raw, "snapshot_observed_at", wpath),
-            arxiv_id=_str(work_raw, "arxiv_id", wpath, nullable=True),
+            arxiv_id=_arxiv_id(work_raw, "arxiv_id", wpath, nullable=True),
             doi=_str(work_raw, "doi", wpath, nullable=True),
             metadata_source=_str(work_raw, "metadata_source", wpath, nullable=True),
             pith_arxiv_id=_arxiv_id(work_raw, "pith_arxiv_id", wpath, nullable=True),

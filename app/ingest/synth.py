@@ -8,6 +8,10 @@ verified_exact with every other status present; unresolved and malformed referen
 link. A small share of works carry corrections, expressions of concern and retractions. Several
 standing sources check works at different times, two or three measurement sources count citations,
 and papers have one to three snapshots over time. The same --papers and --seed give the same rows.
+
+Every source is named synthetic_* (loaders.rows.SYNTHETIC_PREFIX), so receipts, records and /evidence
+say the data are generated; every event is written with its source's receipt at that instant (the
+rule the database keeps for every writer, migration 0009).
 """
 
 from __future__ import annotations
@@ -20,15 +24,21 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Iterator
 
+from loaders.rows import SYNTHETIC_PREFIX as S
+
 STATUS_WEIGHTS = (
     ("verified_exact", 80), ("verified_fuzzy", 7), ("unresolved", 6), ("parse_uncertain", 3),
     ("malformed_identifier", 2), ("metadata_mismatch", 2),
 )
 LINKED = {"verified_exact", "verified_fuzzy", "metadata_mismatch"}
 CATEGORIES = ("cs.LG", "cs.CL", "cs.CV", "cs.DC", "cs.AI", "stat.ML", "cs.NI", "math.OC", "physics.comp-ph")
-STANDING = (("crossref", 0.75), ("retraction_watch", 0.6), ("crossref_status_cache", 0.3),
-            ("openalex_status_cache", 0.3))
-MEASUREMENT_SOURCES = ("arxiv_reference", "openalex", "semantic_scholar")
+STANDING = ((S + "crossref", 0.75), (S + "retraction_watch", 0.6), (S + "crossref_status_cache", 0.3),
+            (S + "openalex_status_cache", 0.3))
+EVENT_SOURCES = {"correction": S + "crossref"}  # every other event: S + "retraction_watch"
+MEASUREMENT_SOURCES = (S + "arxiv_reference", S + "openalex", S + "semantic_scholar")
+CITATION_SOURCE = S + "pdf_text"
+METADATA_SOURCES = {"arxiv": S + "arxiv_reference", "external": S + "crossref"}
+RESOLVERS = {"arxiv": S + "arxiv_id", "external": S + "doi"}
 OBSERVED_FROM = datetime(2026, 1, 1, tzinfo=timezone.utc)
 OBSERVED_SPAN_S = 200 * 86400  # facts are observed over the first 200 days of 2026
 EXTERNAL_WORDS = ("deep", "learning", "scaling", "graph", "neural", "networks", "training", "efficient",
@@ -108,8 +118,10 @@ def generate(papers: int, seed: int, batch_papers: int = 2000) -> Iterator[Batch
         at = linked_at
         for kind in kinds:
             at = _at(rng, at)
-            batch.events.append((work_id, "retraction_watch" if kind != "correction" else "crossref", kind, at,
-                                 at - timedelta(days=rng.randrange(1, 400)), f"10.5555/notice.{rng.getrandbits(40):x}"))
+            source = EVENT_SOURCES.get(kind, S + "retraction_watch")
+            batch.receipts.append((work_id, source, at))  # the source checked the work when it reported
+            batch.events.append((work_id, source, kind, at, at - timedelta(days=rng.randrange(1, 400)),
+                                 f"10.5555/notice.{rng.getrandbits(40):x}"))
 
     for i, arxiv_id in enumerate(ids):
         # Snapshots: the paper as first observed, then re-observed with later versions.
@@ -128,7 +140,7 @@ def generate(papers: int, seed: int, batch_papers: int = 2000) -> Iterator[Batch
             version += 1 + (rng.random() < 0.2)
             updated = updated + timedelta(days=rng.randrange(1, 200))
             seen = _at(rng, seen)
-        batch.works.append((pith_work[i], first_seen[i], arxiv_id, f"10.48550/arxiv.{arxiv_id}", "arxiv_reference",
+        batch.works.append((pith_work[i], first_seen[i], arxiv_id, f"10.48550/arxiv.{arxiv_id}", METADATA_SOURCES["arxiv"],
                             arxiv_id, title, "arXiv", submitted.year))
         standing_for(pith_work[i], first_seen[i])
         for source in MEASUREMENT_SOURCES[: 2 + (rng.random() < 0.5)]:
@@ -157,19 +169,19 @@ def generate(papers: int, seed: int, batch_papers: int = 2000) -> Iterator[Batch
                 printed = None if linked else f"External reference {ext}"
                 if work is not None and ext not in external_seen:
                     external_seen.add(ext)
-                    batch.works.append((work, OBSERVED_FROM, None, f"10.5555/ext.{ext}", "crossref", None,
+                    batch.works.append((work, OBSERVED_FROM, None, f"10.5555/ext.{ext}", METADATA_SOURCES["external"], None,
                                         "On " + " ".join(rng.sample(EXTERNAL_WORDS, 3)), "Journal of Examples",
                                         2000 + ext % 26))
                     standing_for(work, OBSERVED_FROM)
             oid = _uuid(rng)
-            batch.observations.append((oid, arxiv_id, index, "pdf_text", observed, cited, work, printed,
+            batch.observations.append((oid, arxiv_id, index, CITATION_SOURCE, observed, cited, work, printed,
                                        None if linked else 2000 + index % 26))
             resolved = observed + timedelta(seconds=rng.randrange(1, 600))
             if status != "unresolved" and rng.random() < 0.1:
                 # Resolved later than first parsed: unresolved at first.
                 batch.resolutions.append((oid, observed, "unresolved", None))
             batch.resolutions.append((oid, resolved, status, None if status in ("unresolved", "parse_uncertain")
-                                      else ("arxiv_id" if cited else "doi")))
+                                      else RESOLVERS["arxiv" if cited else "external"]))
         if (i + 1) % batch_papers == 0:
             yield batch
             batch = Batch()

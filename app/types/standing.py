@@ -25,6 +25,8 @@ class SourceReceipt:
     source: str = strawberry.field(description="The source (those ending _status_cache are caches).")
     observed_at: datetime = strawberry.field(description="When the source last checked the work.")
     live: bool = strawberry.field(description="False for *_status_cache sources.")
+    synthetic: bool = strawberry.field(description=(
+        "True for generated data (`pith-graph synth`; its sources are named synthetic_*), never a real check."))
 
 
 @strawberry.type(description=(
@@ -54,6 +56,7 @@ class StandingNotice:
             observation=record.notice_sentence(known),
             events=[WorkEvent(event_type=WorkEventType(e.event_type), source=e.source, observed_at=e.observed_at,
                               reported_at=e.reported_at, notice_doi=e.notice_doi) for e in known.events],
-            source_receipts=[SourceReceipt(source=r.source, observed_at=r.observed_at, live=r.is_live)
+            source_receipts=[SourceReceipt(source=r.source, observed_at=r.observed_at, live=r.is_live,
+                                          synthetic=r.is_synthetic)
                              for r in known.receipts],
         )

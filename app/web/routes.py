@@ -289,13 +289,19 @@ retracted, with the source and time of every fact. Every record is a canonical, 
         finally:
             await session.close()
         listed = [{**s, "latest_observed_at": record.z_time(s["latest_observed_at"])} for s in sources]
-        payload = {"as_of": record.as_of_text(as_of), "sources": listed}
+        payload = {"as_of": record.as_of_text(as_of), "synthetic": any(s["synthetic"] for s in listed),
+                   "sources": listed}
         if not wants_html(request):
             return JSONResponse(payload, headers={"Cache-Control": CACHE_RECORD})
         rows = "".join(f"<tr><td>{escape(s['role'])}</td><td><code>{escape(s['source'])}</code></td><td>{s['kind']}</td>"
                        f"<td>{time_tag(s['latest_observed_at'])}</td><td>{s['facts']}</td></tr>" for s in listed)
-        body = (f"<h1>Evidence</h1><p>The sources behind the stored facts as of {time_tag(payload['as_of'])}: "
-                "what each is used for, whether it is a live source or a cache, and when it was last observed.</p>"
+        synthetic = [s["source"] for s in listed if s["synthetic"]]
+        warning = (f"<p role=\"note\"><strong>Synthetic data.</strong> {len(synthetic)} of these sources were generated "
+                   "by <code>pith-graph synth</code> (named <code>synthetic_*</code>): their facts describe no real "
+                   "paper or check.</p>") if synthetic else ""
+        body = (f"<h1>Evidence</h1>{warning}<p>The sources behind the stored facts as of {time_tag(payload['as_of'])}: "
+                "what each is used for, whether it is a live source, a cache or synthetic, and when it was last "
+                "observed.</p>"
                 f"<div class=\"table-wrap\"><table><thead><tr><th>Role</th><th>Source</th><th>Kind</th><th>Latest observation</th>"
                 f"<th>Facts</th></tr></thead><tbody>{rows}</tbody></table></div>")
         return HTMLResponse(page("Evidence", body))
