@@ -30,7 +30,7 @@ from app.limits import (DEFAULT_MAX_CHANGES, MAX_COST, MAX_IDS, MAX_NEIGHBOURHOO
 
 # (field name) -> (argument that sizes it, its default)
 LISTS = {"inbound": ("first", 100), "outbound": ("first", 100), "searchPapers": ("first", 10),
-         "timeline": ("first", 100)}
+         "timeline": ("first", 100), "browsePapers": ("first", 100), "works": ("first", 100)}
 
 
 # Introspection fields that return lists: nesting one inside another multiplies the answer
@@ -165,6 +165,10 @@ class Costing:
             return 2 * self.scale.max_degree + size * PRICES["timeline_entry"]
         if name == "searchPapers":
             return PRICES["search"]
+        if name in ("browsePapers", "works"):
+            # An index walk that stops after the page; ordered by inbound total, every paper's is counted first.
+            scan = 2 * self.scale.current.papers if args.get("orderBy") == "INBOUND_COUNT_DESC" else 0
+            return PRICES["search"] + scan
         if name == "neighbourhood":
             return size + (args.get("depth") or 2) * PRICES["hop"]  # the edges read, a statement per hop
         if name == "totalCount":

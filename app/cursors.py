@@ -117,3 +117,39 @@ def decode_timeline(cursor: str | None) -> int | None:
     shown = cursor if len(cursor) <= 60 else cursor[:60] + "..."
     raise UserInputError(f"after: {shown!r} is not a cursor of a timeline; pass an endCursor it returned",
                          argument="after")
+
+
+def encode_browse(order: str, key: list) -> str:
+    """browsePapers / works: the order (or "works") and the last row's sort key."""
+    return encode_token(json.dumps(["browse", order, *key], separators=(",", ":")))
+
+
+def decode_browse(order: str, cursor: str | None, field: str) -> tuple | None:
+    """The sort key a browsePapers (order ARXIV_ID, SUBMITTED_AT, INBOUND_COUNT_DESC) or works ("works")
+    page continues after; a cursor of another order or field is refused."""
+    from datetime import datetime
+
+    if cursor is None:
+        return None
+    try:
+        if len(cursor) <= MAX_CURSOR_LENGTH:
+            key = json.loads(decode_token(cursor))
+            if isinstance(key, list) and len(key) >= 3 and key[0] == "browse" and key[1] == order:
+                rest = key[2:]
+                if order == "ARXIV_ID" and len(rest) == 1 and _arxiv_text(rest[0]):
+                    return (rest[0],)
+                if order == "SUBMITTED_AT" and len(rest) == 2 and isinstance(rest[0], str) and _arxiv_text(rest[1]):
+                    at = datetime.fromisoformat(rest[0])
+                    if at.tzinfo is not None:
+                        return (at, rest[1])
+                if (order == "INBOUND_COUNT_DESC" and len(rest) == 2 and isinstance(rest[0], int)
+                        and not isinstance(rest[0], bool) and 0 <= rest[0] < 2**62 and _arxiv_text(rest[1])):
+                    return (rest[0], rest[1])
+                if order == "works" and len(rest) == 1 and isinstance(rest[0], str):
+                    return (UUID(rest[0]),)
+    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError, AttributeError, RecursionError, OverflowError):
+        pass
+    shown = cursor if len(cursor) <= 60 else cursor[:60] + "..."
+    which = f"{field} ordered by {order}" if order != "works" else field
+    raise UserInputError(f"after: {shown!r} is not a cursor of {which}; pass an endCursor it returned with the "
+                         "same order", argument="after")

@@ -3,6 +3,10 @@
 Every writer takes nodes, then edges, one at a time, and writes to a binary stream as it goes, so an
 export of any size holds one row at a time (Parquet: one batch of rows). Nodes are papers, works and
 unlinked references (`kind`); edges are citation observations, from the citing paper to what it cites.
+
+Node ids are typed and never numeric (`arxiv:1501.00010`, `work:<uuid>`, `reference:<uuid>`), so a
+reader that guesses column types (pandas.read_csv, read_json) keeps them as text and every edge end
+equals a node id. The bare arXiv id is in the `arxiv_id` column (text; pass dtype to keep it so).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ MEDIA_TYPES: Final = {"csv": "application/zip", "graphml": "application/graphml+
 
 
 class Node(NamedTuple):  # a tuple: writers take its values as they are, with no per-row conversion
-    id: str  # a paper's arXiv id, "work:<uuid>", or "reference:<observation uuid>"
+    id: str  # "arxiv:<arXiv id>", "work:<uuid>", or "reference:<observation uuid>"
     kind: str  # paper, work or reference
     arxiv_id: str | None = None
     title: str | None = None
@@ -43,6 +47,11 @@ class Edge(NamedTuple):
     resolution_status: str
     standing_state: str  # measured, or unavailable (no linked work, or no source has checked it)
     cited_work_retracted: bool
+    # The latest of the cited work's events at the instant (the last of its notice's events), when measured.
+    cited_work_event_type: str | None = None
+    cited_work_event_source: str | None = None
+    cited_work_event_reported_at: str | None = None  # UTC, ISO 8601
+    cited_work_event_observed_at: str | None = None
 
 
 # Characters XML 1.0 cannot carry at all (C0 controls but tab, newline, return; U+FFFE, U+FFFF): written
@@ -67,6 +76,10 @@ def z_text(value: datetime | None) -> str | None:
     from app.record import z_time
 
     return z_time(value)
+
+
+def paper_node_id(arxiv_id: str) -> str:
+    return f"arxiv:{arxiv_id}"
 
 
 def work_node_id(work_id: Any) -> str:
@@ -281,7 +294,7 @@ class Chunks:
 
 
 def paper_node(paper: Any) -> Node:
-    return Node(id=paper.arxiv_id, kind="paper", arxiv_id=paper.arxiv_id, title=paper.title,
+    return Node(id=paper_node_id(paper.arxiv_id), kind="paper", arxiv_id=paper.arxiv_id, title=paper.title,
                 primary_category=paper.primary_category, submitted=z_text(paper.submitted_at),
                 latest_version=paper.latest_version)
 
@@ -299,7 +312,12 @@ def paper_edge(obs: Any, standing: dict[Any, Any]) -> Edge:
     from app.record import notice_state
 
     state, _, known = notice_state(obs, standing)
-    return Edge(source=obs.citing.arxiv_id, target=obs.cited.arxiv_id, observation_id=str(obs.observation_id),
-                reference_index=obs.reference_index, citation_source=obs.source,
-                resolution_status=obs.resolution.status, standing_state=state,
-                cited_work_retracted=cited_work_retracted(state, known))
+    latest = known.events[-1] if state == "measured" and known is not None and known.events else None
+    return Edge(source=paper_node_id(obs.citing.arxiv_id), target=paper_node_id(obs.cited.arxiv_id),
+                observation_id=str(obs.observation_id), reference_index=obs.reference_index,
+                citation_source=obs.source, resolution_status=obs.resolution.status, standing_state=state,
+                cited_work_retracted=cited_work_retracted(state, known),
+                cited_work_event_type=latest.event_type if latest else None,
+                cited_work_event_source=latest.source if latest else None,
+                cited_work_event_reported_at=z_text(latest.reported_at) if latest else None,
+                cited_work_event_observed_at=z_text(latest.observed_at) if latest else None)

@@ -14,10 +14,11 @@ from strawberry.extensions import MaxAliasesLimiter, QueryDepthLimiter
 from strawberry.schema.config import StrawberryConfig
 from strawberry.types import Info
 
-from app.limits import (ARGUMENT_RANGES, DEFAULT_MAX_CHANGES, MAX_ALIASES, MAX_DEPTH, MAX_IDS,
+from app.limits import (ARGUMENT_RANGES, DEFAULT_MAX_CHANGES, MAX_ALIASES, MAX_DEPTH, MAX_FIRST, MAX_IDS,
                         MAX_NEIGHBOURHOOD_PAPERS, MAX_TOKENS)
 from app.errors import UserInputError
 from app.timeparse import BadInput, parse_arxiv_id, parse_search_words
+from app.types.browse import PaperConnection, PaperEdge, PaperFilter, PaperOrder, WorkConnection, WorkEdge, WorkFilter
 from app.types.enums import ChangeKind, Direction
 from app.types.diff import RecordChange, RecordDiff
 from app.types.node import GlobalId, Node, parse_global_id
@@ -291,6 +292,70 @@ class Query:
         return await _walk(info, _arxiv_id(arxiv_id), direction, depth, per_paper, at, as_of is not None)
 
     @strawberry.field(description=(
+        "Every paper known at the instant, filtered and ordered, page by page (keyset: a page costs the same "
+        "wherever it starts). Each paper once, as of the instant."))
+    async def browse_papers(
+        self, info: Info,
+        filter: Annotated[PaperFilter | None, strawberry.argument(description="Which papers (default: all).")] = None,
+        order_by: Annotated[PaperOrder, strawberry.argument(description="The order.")] = PaperOrder.ARXIV_ID,
+        first: Annotated[int | None, strawberry.argument(description="How many, 1 to 100 (default 100).")] = None,
+        after: Annotated[str | None, strawberry.argument(description="endCursor of the previous page.")] = None,
+        as_of: AsOfArg = None,
+    ) -> PaperConnection:
+        from app import cursors
+        from loaders.browse import browse_papers
+
+        size = check_first(first if first is not None else MAX_FIRST)
+        order = order_by.value
+        key = cursors.decode_browse(order, after, "browsePapers")
+        f = filter or PaperFilter()
+        if f.category is not None and not 0 < len(f.category) <= 64:
+            raise UserInputError("filter.category: give a category of 1 to 64 characters, e.g. cs.LG",
+                                 argument="filter")
+        if f.submitted_from is not None and f.submitted_to is not None and f.submitted_to < f.submitted_from:
+            raise UserInputError("filter.submittedTo: is before submittedFrom; give submittedTo >= submittedFrom",
+                                 argument="filter")
+        at = info.context.instant(as_of)
+        page = await browse_papers(info.context.session, at, size, order, f.category, f.submitted_from,
+                                   f.submitted_to, f.cites_retracted, key)
+        loaders = info.context.loaders(at)
+        edges = []
+        for p, inbound in page.papers:
+            loaders.paper.prime(p.arxiv_id, p)
+            sort = {"ARXIV_ID": [p.arxiv_id], "SUBMITTED_AT": [p.submitted_at.isoformat(), p.arxiv_id],
+                    "INBOUND_COUNT_DESC": [inbound, p.arxiv_id]}[order]
+            edges.append(PaperEdge(cursor=cursors.encode_browse(order, sort), node=Paper.of(p, at, as_of is not None),
+                                   inbound_count=inbound))
+        return PaperConnection(edges=edges, nodes=[e.node for e in edges], page_info=_page_info(edges, page.more, key))
+
+    @strawberry.field(description=(
+        "Every work known at the instant (its latest snapshot), by work id, filtered by standing, page by page "
+        "(keyset)."))
+    async def works(
+        self, info: Info,
+        filter: Annotated[WorkFilter | None, strawberry.argument(description="Which works (default: all).")] = None,
+        first: Annotated[int | None, strawberry.argument(description="How many, 1 to 100 (default 100).")] = None,
+        after: Annotated[str | None, strawberry.argument(description="endCursor of the previous page.")] = None,
+        as_of: AsOfArg = None,
+    ) -> WorkConnection:
+        from app import cursors
+        from loaders.browse import browse_works
+
+        size = check_first(first if first is not None else MAX_FIRST)
+        key = cursors.decode_browse("works", after, "works")
+        f = filter or WorkFilter()
+        if f.source is not None and not 0 < len(f.source) <= 200:
+            raise UserInputError("filter.source: give a source name of 1 to 200 characters, e.g. retraction_watch",
+                                 argument="filter")
+        at = info.context.instant(as_of)
+        page = await browse_works(info.context.session, at, size, f.retracted,
+                                  f.event_type.value if f.event_type is not None else None, f.source,
+                                  key[0] if key else None)
+        edges = [WorkEdge(cursor=cursors.encode_browse("works", [str(w.work_id)]),
+                          node=Work.of_snapshot(w, at, as_of is not None)) for w in page.works]
+        return WorkConnection(edges=edges, nodes=[e.node for e in edges], page_info=_page_info(edges, page.more, key))
+
+    @strawberry.field(description=(
         "Full-text search over titles as of the instant, best match first, page by page. Null (with an error) "
         "when the arguments are refused: the rest of the response stays."))
     async def search_papers(
@@ -323,6 +388,11 @@ class Query:
         return SearchConnection(edges=edges, nodes=[e.node for e in edges], page_info=PageInfo(
             has_next_page=len(found) > first, has_previous_page=key is not None,
             start_cursor=edges[0].cursor if edges else None, end_cursor=edges[-1].cursor if edges else None))
+
+
+def _page_info(edges: list, more: bool, after: object) -> PageInfo:
+    return PageInfo(has_next_page=more, has_previous_page=after is not None,
+                    start_cursor=edges[0].cursor if edges else None, end_cursor=edges[-1].cursor if edges else None)
 
 
 class Schema(strawberry.Schema):

@@ -5,7 +5,7 @@
 
 Downloads /graph/neighbourhood.graphml (the same papers and edges as GraphQL `neighbourhood`), reads it
 with networkx.read_graphml, and prints the graph's size and its most-cited papers within the walk as
-CSV. Node attributes: arxiv_id, title, primary_category, submitted, latest_version; edge attributes:
+CSV. Node ids are typed (arxiv:2402.15627); node attributes: arxiv_id, title, primary_category, submitted, latest_version; edge attributes:
 observation_id, reference_index, citation_source, resolution_status, standing_state,
 cited_work_retracted.
 """
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     writer.writerow(["arxiv_id", "cited_within_walk", "title"])
     ranked = sorted(graph.nodes, key=lambda n: (-graph.in_degree(n), n))[:args.top]
     for node in ranked:
-        writer.writerow([node, graph.in_degree(node), graph.nodes[node].get("title", "")])
+        writer.writerow([graph.nodes[node]["arxiv_id"], graph.in_degree(node), graph.nodes[node].get("title", "")])
     return 0
 
 

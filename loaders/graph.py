@@ -14,7 +14,7 @@ from typing import Any, AsyncIterator, Final, Sequence
 
 import asyncpg
 
-from app.export import Edge, Node, reference_node_id, work_node_id, z_text
+from app.export import Edge, Node, paper_node_id, reference_node_id, work_node_id, z_text
 from loaders.rows import RETRACTING, STANDING_DECIDING, event_order_sql, sql_list
 
 PREFETCH: Final = 5000
@@ -30,6 +30,12 @@ standing_events AS (
     WHERE observed_at <= $1 AND event_type IN """ + sql_list(STANDING_DECIDING) + """
     ORDER BY work_id, """ + event_order_sql(descending=True) + """
 ),
+latest_events AS (  -- the last of each work's notice events
+    SELECT DISTINCT ON (work_id) work_id, event_type, source, reported_at, observed_at
+    FROM work_events
+    WHERE observed_at <= $1
+    ORDER BY work_id, """ + event_order_sql(descending=True) + """
+),
 latest_status AS (
     SELECT DISTINCT ON (observation_id) observation_id, status
     FROM resolutions WHERE observed_at <= $1
@@ -42,12 +48,16 @@ edges AS (
                 ELSE 'reference' END AS target_kind,
            coalesce(ls.status, 'unresolved') AS status,
            (wk.work_id IS NOT NULL AND ch.work_id IS NOT NULL) AS measured,
-           coalesce(wk.work_id IS NOT NULL AND ch.work_id IS NOT NULL AND se.retracted, false) AS retracted
+           coalesce(wk.work_id IS NOT NULL AND ch.work_id IS NOT NULL AND se.retracted, false) AS retracted,
+           le.event_type, le.source AS event_source, le.reported_at AS event_reported_at,
+           le.observed_at AS event_observed_at
     FROM citation_observations AS o
     LEFT JOIN papers_known AS pk ON pk.arxiv_id = o.cited_arxiv_id
     LEFT JOIN works_known AS wk ON wk.work_id = o.work_id
     LEFT JOIN checked AS ch ON ch.work_id = o.work_id
     LEFT JOIN standing_events AS se ON se.work_id = o.work_id
+    LEFT JOIN latest_events AS le  -- shown when the notice is measured
+           ON le.work_id = o.work_id AND wk.work_id IS NOT NULL AND ch.work_id IS NOT NULL
     LEFT JOIN latest_status AS ls ON ls.observation_id = o.observation_id
     WHERE o.visible_from <= $1 AND {where}
 )"""
@@ -154,7 +164,7 @@ class Graph:
 
     async def nodes(self) -> AsyncIterator[Node]:
         async for r in self._rows(PAPERS, self.papers):
-            yield Node(id=r["arxiv_id"], kind="paper", arxiv_id=r["arxiv_id"], title=r["title"],
+            yield Node(id=paper_node_id(r["arxiv_id"]), kind="paper", arxiv_id=r["arxiv_id"], title=r["title"],
                        primary_category=r["primary_category"], submitted=z_text(r["submitted_at"]),
                        latest_version=r["latest_version"])
         if self.papers is not None:
@@ -170,9 +180,12 @@ class Graph:
         sql, args = self._edge_statement(EDGES)
         async for r in self._rows(sql, *args):
             kind = r["target_kind"]
-            target = (r["cited_arxiv_id"] if kind == "paper" else work_node_id(r["work_id"]) if kind == "work"
-                      else reference_node_id(r["observation_id"]))
-            yield Edge(source=r["citing_arxiv_id"], target=target, observation_id=str(r["observation_id"]),
+            target = (paper_node_id(r["cited_arxiv_id"]) if kind == "paper" else work_node_id(r["work_id"])
+                      if kind == "work" else reference_node_id(r["observation_id"]))
+            yield Edge(source=paper_node_id(r["citing_arxiv_id"]), target=target, observation_id=str(r["observation_id"]),
                        reference_index=r["reference_index"], citation_source=r["source"],
                        resolution_status=r["status"], standing_state="measured" if r["measured"] else "unavailable",
-                       cited_work_retracted=r["retracted"])
+                       cited_work_retracted=r["retracted"], cited_work_event_type=r["event_type"],
+                       cited_work_event_source=r["event_source"],
+                       cited_work_event_reported_at=z_text(r["event_reported_at"]),
+                       cited_work_event_observed_at=z_text(r["event_observed_at"]))

@@ -25,7 +25,7 @@ CROSS JOIN LATERAL (
 async def work_snapshots(db: Db, work_ids: Sequence[UUID], as_of: datetime) -> list[WorkSnapshot | None]:
     found: list[WorkSnapshot | None] = [None] * len(work_ids)
     for row in await db.fetch(WORK_SNAPSHOTS_BY_ID, list(work_ids), as_of):
-        found[row["ord"] - 1] = _snapshot(row)
+        found[row["ord"] - 1] = snapshot_from(row)
     return found
 
 
@@ -57,7 +57,7 @@ ORDER BY arxiv_id, observed_at DESC
 """
 
 
-def _snapshot(row: Any) -> WorkSnapshot:
+def snapshot_from(row: Any) -> WorkSnapshot:
     return WorkSnapshot(row["work_id"], row["observed_at"], row["arxiv_id"], row["doi"], row["metadata_source"],
                         row["pith_arxiv_id"], row["title"], row["venue"], row["year"])
 
@@ -66,7 +66,7 @@ async def works_by_doi(db: Db, dois: Sequence[str], as_of: datetime) -> list[Wor
     """Keys are normalized DOIs (app.ingest.doi.normalize_doi)."""
     found: list[WorkSnapshot | None] = [None] * len(dois)
     for row in await db.fetch(WORK_SNAPSHOTS_BY_DOI, list(dois), as_of):
-        found[row["ord"] - 1] = _snapshot(row)
+        found[row["ord"] - 1] = snapshot_from(row)
     return found
 
 

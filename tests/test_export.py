@@ -28,7 +28,12 @@ from tests.conftest import LiveServer, StatementLog, drop_database, most_cited, 
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
-IDS = {"id": str, "arxiv_id": str, "source": str, "target": str, "observation_id": str}
+IDS = {"arxiv_id": str}  # the bare arXiv id column; node ids and edge ends need no option (typed: arxiv:...)
+
+
+def node(arxiv_id: str) -> str:
+    """A paper's node id in every export format."""
+    return f"arxiv:{arxiv_id}"
 HOOD = """query($id: String!, $direction: Direction!, $depth: Int!, $per: Int!, $asOf: DateTime) {
   neighbourhood(arxivId: $id, direction: $direction, depth: $depth, perPaper: $per, asOf: $asOf) {
     truncated papers { arxivId title latestVersion primaryCategory submittedAt }
@@ -103,7 +108,8 @@ async def test_the_neighbourhood_exports_hold_what_graphql_neighbourhood_gives(s
         assert response.status_code == 200, response.text
         assert response.headers["x-truncated"] == str(hood["truncated"]).lower()
         nodes, edges = read_back(format, response.content)
-        assert list(nodes["id"]) == [p["arxivId"] for p in hood["papers"]]
+        assert list(nodes["id"]) == [node(p["arxivId"]) for p in hood["papers"]]
+        assert list(nodes["arxiv_id"]) == [p["arxivId"] for p in hood["papers"]]
         assert set(nodes["kind"]) == {"paper"}
         assert list(nodes["title"]) == [p["title"] for p in hood["papers"]]
         assert [int(v) for v in nodes["latest_version"]] == [p["latestVersion"] for p in hood["papers"]]
@@ -112,8 +118,8 @@ async def test_the_neighbourhood_exports_hold_what_graphql_neighbourhood_gives(s
             assert len(edges) == len(hood["edges"])
             edges = edges.set_index("observation_id").loc[[e["observationId"] for e in hood["edges"]]].reset_index()
         assert list(edges["observation_id"]) == [e["observationId"] for e in hood["edges"]]
-        assert list(edges["source"]) == [e["citingPaper"]["arxivId"] for e in hood["edges"]]
-        assert list(edges["target"]) == [e["citedPaper"]["arxivId"] for e in hood["edges"]]
+        assert list(edges["source"]) == [node(e["citingPaper"]["arxivId"]) for e in hood["edges"]]
+        assert list(edges["target"]) == [node(e["citedPaper"]["arxivId"]) for e in hood["edges"]]
         assert [int(v) for v in edges["reference_index"]] == [e["referenceIndex"] for e in hood["edges"]]
         assert list(edges["citation_source"]) == [e["source"] for e in hood["edges"]]
         assert [s.upper() for s in edges["resolution_status"]] == [e["resolution"]["status"] for e in hood["edges"]]
@@ -205,12 +211,13 @@ async def test_the_whole_graph_export_has_every_visible_observation_once(synthet
     ids = list(nodes["id"])
     assert len(ids) == len(set(ids)), "each node once"
     kinds = dict(zip(nodes["id"], nodes["kind"]))
-    assert {i for i, k in kinds.items() if k == "paper"} == expected["papers"]
-    assert set(edges["source"]) <= expected["papers"] and set(edges["target"]) <= set(ids)
+    papers = {node(p) for p in expected["papers"]}
+    assert {i for i, k in kinds.items() if k == "paper"} == papers
+    assert set(edges["source"]) <= papers and set(edges["target"]) <= set(ids)
     assert {"paper", "work", "reference"} == set(kinds.values())
     references = [t for t in edges["target"] if kinds[t] == "reference"]
     assert len(references) == len(set(references)), "an unlinked reference is a node of its own"
-    assert set(nodes["id"]) == set(edges["source"]) | set(edges["target"]) | expected["papers"]
+    assert set(nodes["id"]) == set(edges["source"]) | set(edges["target"]) | papers
     assert f"{len(edges):,} edges" in done.stderr.decode()
 
 
@@ -251,17 +258,18 @@ async def test_edge_attributes_agree_with_graphql(synthetic, tmp_path):
             retracted += len(flagged)
             assert paper["outbound"]["totalCount"] <= 100
             for edge in paper["outbound"]["edges"]:
-                node = edge["node"]
-                row = by_id.loc[node["observationId"]]
-                assert row["resolution_status"].upper() == node["resolution"]["status"]
-                assert row["standing_state"].upper() == node["standingNotice"]["state"]
-                assert bool(row["cited_work_retracted"]) == (node["observationId"] in flagged)
-                if node["citedPaper"]:
-                    assert row["target"] == node["citedPaper"]["arxivId"]
-                elif node["cited"]["workId"]:
-                    assert row["target"] in (f"work:{node['cited']['workId']}", f"reference:{node['observationId']}")
+                edge_node = edge["node"]
+                row = by_id.loc[edge_node["observationId"]]
+                assert row["resolution_status"].upper() == edge_node["resolution"]["status"]
+                assert row["standing_state"].upper() == edge_node["standingNotice"]["state"]
+                assert bool(row["cited_work_retracted"]) == (edge_node["observationId"] in flagged)
+                if edge_node["citedPaper"]:
+                    assert row["target"] == node(edge_node["citedPaper"]["arxivId"])
+                elif edge_node["cited"]["workId"]:
+                    assert row["target"] in (f"work:{edge_node['cited']['workId']}",
+                                             f"reference:{edge_node['observationId']}")
                 else:
-                    assert row["target"] == f"reference:{node['observationId']}"
+                    assert row["target"] == f"reference:{edge_node['observationId']}"
     assert retracted > 0, "the graph has retracted works to compare"
 
 
@@ -287,7 +295,7 @@ async def test_a_rooted_export_is_the_uncapped_neighbourhood(synthetic, directio
                       "--depth", str(depth))
         assert done.returncode == 0, done.stderr.decode()
         nodes, edges = read_back("ndjson", done.stdout)
-        assert set(nodes["id"]) == {p["arxivId"] for p in hood["papers"]}
+        assert set(nodes["id"]) == {node(p["arxivId"]) for p in hood["papers"]}
         assert set(edges["observation_id"]) == {e["observationId"] for e in hood["edges"]}
         assert len(edges) == len(hood["edges"])
         return
@@ -483,8 +491,8 @@ async def test_titles_xml_cannot_carry_still_give_readable_graphml(synthetic):
         "arxiv_id": root, "depth": 1, "as_of": whole(high + timedelta(days=2))})
     assert response.status_code == 200
     graph = nx.read_graphml(io.BytesIO(response.content), force_multigraph=True)
-    assert graph.nodes[root]["title"] == 'A & B <c> "d" \'e\' \ufffd\ufffd tab\there é 🚀'
+    assert graph.nodes[node(root)]["title"] == 'A & B <c> "d" \'e\' \ufffd\ufffd tab\there é 🚀'
     csv_response = await served.client.get("/graph/neighbourhood.csv", params={
         "arxiv_id": root, "depth": 1, "as_of": whole(high + timedelta(days=2))})
     nodes, _ = read_back("csv", csv_response.content)
-    assert nodes.set_index("id").loc[root, "title"] == title  # CSV carries every character
+    assert nodes.set_index("id").loc[node(root), "title"] == title  # CSV carries every character

@@ -17,7 +17,7 @@ from app.ingest.synth import generate
 # maintain row by row. Their definitions are read from the catalog, so migrations stay the one source.
 DEFERRED_INDEXES = ("citation_observations_inbound", "citation_observations_outbound",
                     "citation_observations_inbound_count", "citation_observations_by_work",
-                    "paper_snapshots_title_search")
+                    "paper_snapshots_title_search", "paper_snapshots_by_submitted", "paper_snapshots_by_category")
 
 
 @dataclass

@@ -1,0 +1,112 @@
+"""Enumeration as of an instant: every paper (browsePapers) and every work (works), filtered, as keyset pages.
+
+Each page is one statement that walks an index in the page's order and stops after the page (plus one
+row, to tell whether more follow): a paper's latest snapshot at the instant is the row of its primary key
+(arxiv_id, observed_at) with no later one by then, so no page reads the papers before it. A first page and
+a later one are separate statements (a generic plan cannot turn "no cursor, or after it" into an index
+range). The citesRetracted and retracted filters are the rule of loaders.citations.retracted_sql, started
+from the few works with a retracting event.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final, Sequence
+from uuid import UUID
+
+from loaders.base import Db, at_param
+from loaders.citations import MAY_BE_RETRACTED, VISIBLE, retracted_sql
+from loaders.papers import PAPER_COLUMNS, paper_from
+from loaders.rows import PaperSnapshot, WorkSnapshot
+from loaders.works import snapshot_from
+
+ORDERS: Final = ("ARXIV_ID", "SUBMITTED_AT", "INBOUND_COUNT_DESC")
+
+_LATEST_PAPER: Final = """NOT EXISTS (SELECT 1 FROM paper_snapshots AS n WHERE n.arxiv_id = s.arxiv_id
+                     AND n.observed_at > s.observed_at AND n.observed_at <= $AS)"""
+# Papers with a visible reference whose cited work is retracted at the instant.
+_CITING_RETRACTED: Final = f"""(SELECT o.citing_arxiv_id FROM citation_observations AS o
+     WHERE o.work_id IN {MAY_BE_RETRACTED} AND {VISIBLE} AND {retracted_sql("o.work_id")})"""
+# A paper's inbound total at the instant (its inbound connection's totalCount).
+_INBOUND: Final = f"""(SELECT count(*) FROM citation_observations AS o
+     WHERE o.cited_arxiv_id = s.arxiv_id AND {VISIBLE})"""
+
+# $1 instant, $2 rows, $3 category, $4 submitted from, $5 submitted to; the cursor's key from $6.
+_KEYS: Final = {
+    "ARXIV_ID": ("s.arxiv_id", "s.arxiv_id > $6::text"),
+    "SUBMITTED_AT": ("s.submitted_at, s.arxiv_id", "(s.submitted_at, s.arxiv_id) > ($6::timestamptz, $7::text)"),
+    "INBOUND_COUNT_DESC": ("inbound DESC, s.arxiv_id",
+                           "(inbound < $6::bigint OR (inbound = $6::bigint AND s.arxiv_id > $7::text))"),
+}
+
+
+def browse_sql(order: str, cites_retracted: bool | None, after: bool) -> str:
+    sort, past = _KEYS[order]
+    conditions = ["s.observed_at <= $AS", _LATEST_PAPER,
+                  "($3::text IS NULL OR s.primary_category = $3::text)",
+                  "($4::timestamptz IS NULL OR s.submitted_at >= $4::timestamptz)",
+                  "($5::timestamptz IS NULL OR s.submitted_at <= $5::timestamptz)"]
+    if cites_retracted is not None:
+        conditions.append(f"s.arxiv_id {'IN' if cites_retracted else 'NOT IN'} {_CITING_RETRACTED}")
+    inner = (f"SELECT s.{PAPER_COLUMNS.replace(', ', ', s.')}, "
+             f"{_INBOUND if order == 'INBOUND_COUNT_DESC' else 'NULL::bigint'} AS inbound\n"
+             f"FROM paper_snapshots AS s\nWHERE " + "\n  AND ".join(conditions))
+    if order == "INBOUND_COUNT_DESC":  # the count is the sort key: every paper's is counted, then sorted
+        inner = f"SELECT * FROM ({inner}) AS s"
+        where = f"\nWHERE {past}" if after else ""
+    else:
+        where = ""
+        if after:
+            inner += f"\n  AND {past}"
+    return at_param(f"{inner}{where}\nORDER BY {sort}\nLIMIT $2", 1)
+
+
+@dataclass(frozen=True)
+class PaperPage:
+    papers: list[tuple[PaperSnapshot, int | None]]  # with the inbound total when ordered by it
+    more: bool
+
+
+async def browse_papers(db: Db, as_of: datetime, first: int, order: str, category: str | None,
+                        submitted_from: datetime | None, submitted_to: datetime | None,
+                        cites_retracted: bool | None, after: Sequence[Any] | None) -> PaperPage:
+    sql = browse_sql(order, cites_retracted, after is not None)
+    rows = await db.fetch(sql, as_of, first + 1, category, submitted_from, submitted_to, *(after or ()))
+    found = [(p, r["inbound"]) for r in rows if (p := paper_from(r)) is not None]
+    return PaperPage(found[:first], len(found) > first)
+
+
+# Works: each work's latest snapshot at the instant, by work id. $1 instant, $2 rows, $3 event type,
+# $4 event source (works with such an event by the instant); $5 the cursor's work id.
+_LATEST_WORK: Final = """NOT EXISTS (SELECT 1 FROM work_snapshots AS n WHERE n.work_id = w.work_id
+                     AND n.observed_at > w.observed_at AND n.observed_at <= $AS)"""
+_HAS_EVENT: Final = """($3::text IS NULL AND $4::text IS NULL OR w.work_id IN (
+        SELECT e.work_id FROM work_events AS e WHERE e.observed_at <= $AS
+           AND ($3::text IS NULL OR e.event_type = $3::text) AND ($4::text IS NULL OR e.source = $4::text)))"""
+
+
+def works_sql(retracted: bool | None, after: bool) -> str:
+    conditions = ["w.observed_at <= $AS", _LATEST_WORK, _HAS_EVENT]
+    if retracted is True:
+        conditions.append(f"w.work_id IN {MAY_BE_RETRACTED} AND {retracted_sql('w.work_id')}")
+    elif retracted is False:
+        conditions.append(f"NOT {retracted_sql('w.work_id')}")
+    if after:
+        conditions.append("w.work_id > $5::uuid")
+    return at_param("SELECT w.* FROM work_snapshots AS w\nWHERE " + "\n  AND ".join(conditions)
+                    + "\nORDER BY w.work_id\nLIMIT $2", 1)
+
+
+@dataclass(frozen=True)
+class WorkPage:
+    works: list[WorkSnapshot]
+    more: bool
+
+
+async def browse_works(db: Db, as_of: datetime, first: int, retracted: bool | None, event_type: str | None,
+                       source: str | None, after: UUID | None) -> WorkPage:
+    sql = works_sql(retracted, after is not None)
+    rows = await db.fetch(sql, as_of, first + 1, event_type, source, *((after,) if after else ()))
+    found = [snapshot_from(r) for r in rows]
+    return WorkPage(found[:first], len(found) > first)

@@ -1,0 +1,178 @@
+"""Enumeration: browsePapers pages through every paper once in each order and filters as documented;
+works(filter:) lists exactly the works whose fields say so; each page is one statement."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import asyncpg
+import pytest
+import pytest_asyncio
+
+from tests.conftest import StatementLog, drop_database, serve, synthetic_database
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+BROWSE = """query($filter: PaperFilter, $order: PaperOrder!, $first: Int, $after: String, $at: DateTime) {
+  browsePapers(filter: $filter, orderBy: $order, first: $first, after: $after, asOf: $at) {
+    edges { cursor inboundCount node { arxivId primaryCategory submittedAt inbound { totalCount }
+                                       retracted: outbound(citesRetracted: true, first: 1) { totalCount } } }
+    pageInfo { hasNextPage hasPreviousPage endCursor } } }"""
+WORKS = """query($filter: WorkFilter, $first: Int, $after: String, $at: DateTime) {
+  works(filter: $filter, first: $first, after: $after, asOf: $at) {
+    edges { node { workId retracted standing { events { eventType source } } } }
+    pageInfo { hasNextPage endCursor } } }"""
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def synthetic(admin_url):
+    url = await synthetic_database(admin_url, "pith_test_browse", 400, 29)
+    conn = await asyncpg.connect(url)
+    try:
+        high = await conn.fetchval("SELECT max(observed_at) FROM paper_snapshots")
+        # Retractions (one reinstated) and a withdrawal on works cited by Pith papers, so both sides of
+        # every standing filter have members.
+        works = [r[0] for r in await conn.fetch(
+            "SELECT work_id FROM citation_observations WHERE work_id IS NOT NULL GROUP BY 1 ORDER BY 1 LIMIT 6")]
+        at = high - timedelta(days=3)
+        await conn.executemany(
+            "INSERT INTO work_events (work_id, source, event_type, observed_at) VALUES ($1, $2, $3, $4)",
+            [(w, "retraction_watch", "retraction", at) for w in works[:4]]
+            + [(works[0], "retraction_watch", "reinstatement", at + timedelta(hours=1)),
+               (works[4], "crossref", "withdrawal", at), (works[5], "crossref", "correction", at)])
+    finally:
+        await conn.close()
+    async for served in serve(url, StatementLog()):
+        yield served, url, high
+    await drop_database(admin_url, url)
+
+
+async def every_page(served, query: str, field: str, variables: dict, first: int) -> list[dict]:
+    found, after, pages = [], None, 0
+    while True:
+        body = await served.graphql(query, {**variables, "first": first, "after": after})
+        assert "errors" not in body, body
+        page = body["data"][field]
+        assert page["pageInfo"]["hasPreviousPage"] is (after is not None) if field == "browsePapers" else True
+        found += [e for e in page["edges"]]
+        pages += 1
+        if not page["pageInfo"]["hasNextPage"]:
+            return found
+        assert len(page["edges"]) == first
+        after = page["pageInfo"]["endCursor"]
+
+
+async def latest_papers(url: str, at: datetime) -> list[asyncpg.Record]:
+    conn = await asyncpg.connect(url)
+    try:
+        return await conn.fetch(
+            """SELECT DISTINCT ON (s.arxiv_id) s.arxiv_id, s.primary_category, s.submitted_at,
+                      (SELECT count(*) FROM citation_observations AS o
+                        WHERE o.cited_arxiv_id = s.arxiv_id AND o.visible_from <= $1) AS inbound
+               FROM paper_snapshots AS s WHERE s.observed_at <= $1 ORDER BY s.arxiv_id, s.observed_at DESC""", at)
+    finally:
+        await conn.close()
+
+
+def z(t: datetime) -> str:
+    return t.astimezone(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+@pytest.mark.parametrize("order", ["ARXIV_ID", "SUBMITTED_AT", "INBOUND_COUNT_DESC"])
+async def test_browse_pages_through_every_paper_once_in_order(synthetic, order):
+    served, url, high = synthetic
+    at = datetime(2026, 3, 1, tzinfo=timezone.utc)  # the generator's papers arrive over 100 days from January
+    papers = await latest_papers(url, at)
+    assert 50 < len(papers) < 400
+    found = await every_page(served, BROWSE, "browsePapers", {"order": order, "at": z(at)}, 37)
+    ids = [e["node"]["arxivId"] for e in found]
+    key = {"ARXIV_ID": lambda r: r["arxiv_id"].encode(),
+           "SUBMITTED_AT": lambda r: (r["submitted_at"], r["arxiv_id"].encode()),
+           "INBOUND_COUNT_DESC": lambda r: (-r["inbound"], r["arxiv_id"].encode())}[order]
+    assert ids == [r["arxiv_id"] for r in sorted(papers, key=key)]
+    if order == "INBOUND_COUNT_DESC":
+        assert all(e["inboundCount"] == e["node"]["inbound"]["totalCount"] for e in found)
+        assert found[0]["inboundCount"] > found[-1]["inboundCount"]
+    else:
+        assert all(e["inboundCount"] is None for e in found)
+
+
+async def test_browse_filters_as_documented(synthetic):
+    served, url, high = synthetic
+    papers = await latest_papers(url, high)
+    category = papers[0]["primary_category"]
+    low, top = sorted(r["submitted_at"] for r in papers)[len(papers) // 4], sorted(
+        r["submitted_at"] for r in papers)[len(papers) // 2]
+    cases = [({"category": category}, lambda r: r["primary_category"] == category),
+             ({"submittedFrom": low.isoformat(), "submittedTo": top.isoformat()},
+              lambda r: low <= r["submitted_at"] <= top),
+             ({"category": category, "submittedFrom": low.isoformat()},
+              lambda r: r["primary_category"] == category and r["submitted_at"] >= low)]
+    for filter, holds in cases:
+        found = await every_page(served, BROWSE, "browsePapers", {"order": "ARXIV_ID", "filter": filter}, 100)
+        assert [e["node"]["arxivId"] for e in found] == [r["arxiv_id"] for r in papers if holds(r)], filter
+    # citesRetracted: exactly the papers whose outbound(citesRetracted: true) is not empty, and the rest.
+    citing = await every_page(served, BROWSE, "browsePapers", {"order": "ARXIV_ID",
+                                                               "filter": {"citesRetracted": True}}, 100)
+    others = await every_page(served, BROWSE, "browsePapers", {"order": "SUBMITTED_AT",
+                                                               "filter": {"citesRetracted": False}}, 100)
+    assert citing and all(e["node"]["retracted"]["totalCount"] > 0 for e in citing)
+    assert all(e["node"]["retracted"]["totalCount"] == 0 for e in others)
+    assert {e["node"]["arxivId"] for e in citing} | {e["node"]["arxivId"] for e in others} == \
+        {r["arxiv_id"] for r in papers}
+
+
+async def test_works_filter_lists_exactly_the_works_whose_fields_say_so(synthetic):
+    served, url, high = synthetic
+    every = await every_page(served, WORKS, "works", {}, 100)
+    conn = await asyncpg.connect(url)
+    try:
+        known = await conn.fetchval("SELECT count(DISTINCT work_id) FROM work_snapshots WHERE observed_at <= now()")
+    finally:
+        await conn.close()
+    assert len(every) == known and len({e["node"]["workId"] for e in every}) == known
+    ids = [e["node"]["workId"] for e in every]
+    assert ids == sorted(ids)
+    retracted = await every_page(served, WORKS, "works", {"filter": {"retracted": True}}, 100)
+    kept = await every_page(served, WORKS, "works", {"filter": {"retracted": False}}, 100)
+    assert {e["node"]["workId"] for e in retracted} == {e["node"]["workId"] for e in every if e["node"]["retracted"]}
+    assert {e["node"]["workId"] for e in kept} == {e["node"]["workId"] for e in every if not e["node"]["retracted"]}
+    assert len(retracted) >= 4  # three retracted ones, the withdrawn one, and the generator's own
+    for filter in ({"eventType": "CORRECTION"}, {"source": "crossref"},
+                   {"eventType": "RETRACTION", "source": "retraction_watch"}):
+        found = await every_page(served, WORKS, "works", {"filter": filter}, 100)
+
+        def matches(node: dict) -> bool:
+            return any(filter.get("eventType", e["eventType"]) == e["eventType"]
+                       and filter.get("source", e["source"]) == e["source"] for e in node["standing"]["events"])
+
+        assert found and {e["node"]["workId"] for e in found} == {e["node"]["workId"] for e in every
+                                                                 if matches(e["node"])}, filter
+
+
+async def test_a_page_is_one_statement_and_cursors_belong_to_their_order(synthetic):
+    served, _, _ = synthetic
+    for order in ("ARXIV_ID", "SUBMITTED_AT", "INBOUND_COUNT_DESC"):
+        body = await served.graphql("query($o: PaperOrder!) { browsePapers(orderBy: $o, first: 5) { "
+                                    "edges { node { arxivId title } } pageInfo { endCursor } } }", {"o": order})
+        after = body["data"]["browsePapers"]["pageInfo"]["endCursor"]
+        served.statements.clear()
+        body = await served.graphql("query($o: PaperOrder!, $a: String) { browsePapers(orderBy: $o, first: 5, "
+                                    "after: $a) { edges { node { arxivId title } } } }", {"o": order, "a": after})
+        assert "errors" not in body and len(served.statements.counted) == 1, served.statements.counted
+        other = "ARXIV_ID" if order != "ARXIV_ID" else "SUBMITTED_AT"
+        body = await served.graphql("query($o: PaperOrder!, $a: String) { browsePapers(orderBy: $o, after: $a) { "
+                                    "edges { cursor } } }", {"o": other, "a": after})
+        assert body["errors"][0]["message"].startswith("after:") and f"ordered by {other}" in \
+            body["errors"][0]["message"], body
+    bad = [({"first": 0}, "first: 0 is out of range; allowed 1 to 100"),
+           ({"after": "nonsense"}, "is not a cursor of browsePapers"),
+           ({"filter": {"submittedFrom": "2020-01-01T00:00:00Z", "submittedTo": "2019-01-01T00:00:00Z"}},
+            "submittedTo: is before submittedFrom")]
+    for variables, message in bad:
+        body = await served.graphql("query($first: Int, $after: String, $filter: PaperFilter) { "
+                                    "browsePapers(first: $first, after: $after, filter: $filter) { edges { cursor } } }",
+                                    variables)
+        assert message in body["errors"][0]["message"], body
+    body = await served.graphql('{ works(after: "bm9uc2Vuc2U") { edges { cursor } } }')
+    assert "is not a cursor of works" in body["errors"][0]["message"]
