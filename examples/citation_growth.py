@@ -1,11 +1,13 @@
-"""A paper's citations month by month, from its timeline.
+"""How a paper's citations grow by publication year: distinct citing papers by the year of their version 1.
 
     python examples/citation_growth.py 2402.15627 > growth.csv
+    python examples/citation_growth.py 2402.15627 2502.03885 --as-of 2026-06-30T23:59:59Z
+    python examples/citation_growth.py --category cs.LG --submitted-from 2019-01-01T00:00:00Z > growth.csv
 
-Pages through `timeline` (the instants at which the paper's record changed), keeps those where a new
-citation became visible, and asks the paper's inbound total at the last such instant of each month
-(25 instants per request). Months without a new citation carry the previous total. Standard library
-only. CSV: month, citations at the end of the month, new that month.
+Reads Paper.citationsByYear (one statement for a whole batch of papers, uncapped) for the papers named,
+or for every paper browsePapers lists with --category / --submitted-from / --submitted-to. Batches
+shrink when the server prices them over its limit. Standard library only. CSV: arxiv_id, year,
+citing_papers (submitted that year), cumulative (up to and including that year).
 """
 
 from __future__ import annotations
@@ -13,59 +15,64 @@ from __future__ import annotations
 import argparse
 import csv
 import sys
+from typing import Any, Iterator
 
-from graphql_client import query
+from graphql_client import TooCostly, query
 
-TIMELINE = """query($id: String!, $after: String) { paper(arxivId: $id) {
-  timeline(first: 100, after: $after) { edges { node { at kinds } } pageInfo { hasNextPage endCursor } } } }"""
+BATCH = 100
+YEARS = """query($ids: [String!]!, $at: DateTime) { papers(arxivIds: $ids, asOf: $at) {
+  arxivId citationsByYear { year count } } }"""
+BROWSE = """query($filter: PaperFilter, $after: String, $at: DateTime) {
+  browsePapers(filter: $filter, first: 100, after: $after, asOf: $at) {
+    nodes { arxivId } pageInfo { hasNextPage endCursor } } }"""
 
 
-def months_between(first: str, last: str) -> list[str]:
-    year, month = int(first[:4]), int(first[5:7])
-    found = []
-    while f"{year:04d}-{month:02d}" <= last:
-        found.append(f"{year:04d}-{month:02d}")
-        year, month = (year + 1, 1) if month == 12 else (year, month + 1)
-    return found
+def listed(url: str, filter: dict[str, Any], at: str | None) -> Iterator[str]:
+    after = None
+    while True:
+        page = query(url, BROWSE, {"filter": filter, "after": after, "at": at})["browsePapers"]
+        yield from (p["arxivId"] for p in page["nodes"])
+        if not page["pageInfo"]["hasNextPage"]:
+            return
+        after = page["pageInfo"]["endCursor"]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("arxiv_id")
+    parser.add_argument("arxiv_ids", nargs="*", metavar="ARXIV_ID")
+    parser.add_argument("--category", help="every paper of this primary category (with browsePapers)")
+    parser.add_argument("--submitted-from", help="every paper submitted at or after this UTC instant")
+    parser.add_argument("--submitted-to", help="every paper submitted at or before this UTC instant")
+    parser.add_argument("--as-of", help="UTC instant to answer as of (default: now)")
     parser.add_argument("--url", default="http://127.0.0.1:8000/graphql")
     args = parser.parse_args(argv)
-
-    last_of_month: dict[str, str] = {}  # month -> the last instant in it at which a citation was added
-    after = None
-    while True:
-        paper = query(args.url, TIMELINE, {"id": args.arxiv_id, "after": after})["paper"]
-        if paper is None:
-            raise SystemExit(f"error: no paper {args.arxiv_id} is known")
-        page = paper["timeline"]
-        for edge in page["edges"]:
-            if "CITATION_ADDED" in edge["node"]["kinds"]:
-                last_of_month[edge["node"]["at"][:7]] = edge["node"]["at"]
-        if not page["pageInfo"]["hasNextPage"]:
-            break
-        after = page["pageInfo"]["endCursor"]
-
-    totals: dict[str, int] = {}
-    instants = sorted(last_of_month.items())
-    for start in range(0, len(instants), 25):
-        batch = instants[start:start + 25]
-        fields = " ".join(f'm{n}: paper(arxivId: $id, asOf: "{at}") {{ inbound(first: 1) {{ totalCount }} }}'
-                          for n, (_, at) in enumerate(batch))
-        data = query(args.url, f"query($id: String!) {{ {fields} }}", {"id": args.arxiv_id})
-        for n, (month, _) in enumerate(batch):
-            totals[month] = data[f"m{n}"]["inbound"]["totalCount"]
+    filter = {k: v for k, v in (("category", args.category), ("submittedFrom", args.submitted_from),
+                                ("submittedTo", args.submitted_to)) if v is not None}
+    if not args.arxiv_ids and not filter:
+        parser.error("give arXiv ids, or --category / --submitted-from / --submitted-to to list papers")
+    ids = list(args.arxiv_ids) + (list(listed(args.url, filter, args.as_of)) if filter else [])
 
     writer = csv.writer(sys.stdout, lineterminator="\n")
-    writer.writerow(["month", "citations", "new"])
-    previous = 0
-    for month in months_between(min(totals), max(totals)) if totals else []:
-        current = totals.get(month, previous)
-        writer.writerow([month, current, current - previous])
-        previous = current
+    writer.writerow(["arxiv_id", "year", "citing_papers", "cumulative"])
+    start, size = 0, BATCH
+    while start < len(ids):
+        batch = ids[start:start + size]
+        try:
+            papers = query(args.url, YEARS, {"ids": batch, "at": args.as_of})["papers"]
+        except TooCostly:
+            if size == 1:
+                raise SystemExit(f"error: the server prices even one paper ({batch[0]}) over its limit")
+            size = max(1, size // 2)
+            continue
+        for arxiv_id, paper in zip(batch, papers):
+            if paper is None:
+                raise SystemExit(f"error: no paper {arxiv_id} is known at that instant")
+            total = 0
+            for row in paper["citationsByYear"]:
+                total += row["count"]
+                writer.writerow([paper["arxivId"], row["year"], row["count"], total])
+        start += len(batch)
+    print(f"{len(ids)} papers", file=sys.stderr)
     return 0
 
 

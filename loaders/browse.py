@@ -41,25 +41,42 @@ _KEYS: Final = {
 }
 
 
-def browse_sql(order: str, cites_retracted: bool | None, after: bool) -> str:
-    sort, past = _KEYS[order]
+# The instant from which the kept totals (migration 0011) are every paper's inbound total.
+_TOTALS_EXACT: Final = ("$AS >= coalesce((SELECT exact_from FROM paper_inbound_totals_exact), "
+                        "'-infinity'::timestamptz)")
+_SNAPSHOT_COLUMNS: Final = "s." + PAPER_COLUMNS.replace(", ", ", s.")
+
+
+def _conditions(cites_retracted: bool | None) -> list[str]:
+    """What makes the row `s` a listed paper: its latest snapshot at the instant, passing the filter."""
     conditions = ["s.observed_at <= $AS", _LATEST_PAPER,
                   "($3::text IS NULL OR s.primary_category = $3::text)",
                   "($4::timestamptz IS NULL OR s.submitted_at >= $4::timestamptz)",
                   "($5::timestamptz IS NULL OR s.submitted_at <= $5::timestamptz)"]
     if cites_retracted is not None:
         conditions.append(f"s.arxiv_id {'IN' if cites_retracted else 'NOT IN'} {_CITING_RETRACTED}")
-    inner = (f"SELECT s.{PAPER_COLUMNS.replace(', ', ', s.')}, "
-             f"{_INBOUND if order == 'INBOUND_COUNT_DESC' else 'NULL::bigint'} AS inbound\n"
-             f"FROM paper_snapshots AS s\nWHERE " + "\n  AND ".join(conditions))
-    if order == "INBOUND_COUNT_DESC":  # the count is the sort key: every paper's is counted, then sorted
-        inner = f"SELECT * FROM ({inner}) AS s"
-        where = f"\nWHERE {past}" if after else ""
-    else:
-        where = ""
-        if after:
-            inner += f"\n  AND {past}"
-    return at_param(f"{inner}{where}\nORDER BY {sort}\nLIMIT $2", 1)
+    return conditions
+
+
+def browse_sql(order: str, cites_retracted: bool | None, after: bool) -> str:
+    sort, past = _KEYS[order]
+    conditions = _conditions(cites_retracted)
+    if order != "INBOUND_COUNT_DESC":
+        return at_param(f"SELECT {_SNAPSHOT_COLUMNS}, NULL::bigint AS inbound\nFROM paper_snapshots AS s\nWHERE "
+                        + "\n  AND ".join(conditions + ([past] if after else [])) + f"\nORDER BY {sort}\nLIMIT $2", 1)
+    # Most cited first. From the kept totals (an index walk in this order) at any instant they are exact
+    # for; before that, every paper's total counted from its observations, then sorted. One branch runs
+    # (the other's condition is false before it starts).
+    kept_past = "(-t.total, t.arxiv_id) > (-$6::bigint, $7::text)"
+    kept = (f"SELECT {_SNAPSHOT_COLUMNS}, t.total AS inbound\nFROM paper_inbound_totals AS t\n"
+            "JOIN paper_snapshots AS s ON s.arxiv_id = t.arxiv_id\nWHERE " + _TOTALS_EXACT + "\n  AND "
+            + "\n  AND ".join(conditions + ([kept_past] if after else []))
+            + "\nORDER BY -t.total, t.arxiv_id\nLIMIT $2")
+    counted = (f"SELECT * FROM (SELECT {_SNAPSHOT_COLUMNS}, {_INBOUND} AS inbound\nFROM paper_snapshots AS s\n"
+               f"WHERE NOT {_TOTALS_EXACT}\n  AND " + "\n  AND ".join(conditions) + ") AS s"
+               + (f"\nWHERE {past}" if after else "") + f"\nORDER BY {sort}\nLIMIT $2")
+    return at_param(f"SELECT * FROM (({kept})\nUNION ALL\n({counted})) AS page\nORDER BY inbound DESC, arxiv_id\n"
+                    "LIMIT $2", 1)
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ works(filter:) lists exactly the works whose fields say so; each page is one sta
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from uuid import uuid4
 
 import asyncpg
 import pytest
@@ -79,11 +80,15 @@ def z(t: datetime) -> str:
 
 
 @pytest.mark.parametrize("order", ["ARXIV_ID", "SUBMITTED_AT", "INBOUND_COUNT_DESC"])
-async def test_browse_pages_through_every_paper_once_in_order(synthetic, order):
+@pytest.mark.parametrize("when", ["early", "now"])
+async def test_browse_pages_through_every_paper_once_in_order(synthetic, order, when):
     served, url, high = synthetic
-    at = datetime(2026, 3, 1, tzinfo=timezone.utc)  # the generator's papers arrive over 100 days from January
+    # Early: some papers are not known yet, others have a later snapshot (and inbound totals are counted
+    # from the observations); now: every paper, with the totals the database keeps.
+    at = datetime(2026, 3, 1, tzinfo=timezone.utc) if when == "early" else datetime.now(timezone.utc).replace(
+        microsecond=0)
     papers = await latest_papers(url, at)
-    assert 50 < len(papers) < 400
+    assert 50 < len(papers) < 400 if when == "early" else len(papers) == 400
     found = await every_page(served, BROWSE, "browsePapers", {"order": order, "at": z(at)}, 37)
     ids = [e["node"]["arxivId"] for e in found]
     key = {"ARXIV_ID": lambda r: r["arxiv_id"].encode(),
@@ -176,3 +181,42 @@ async def test_a_page_is_one_statement_and_cursors_belong_to_their_order(synthet
         assert message in body["errors"][0]["message"], body
     body = await served.graphql('{ works(after: "bm9uc2Vuc2U") { edges { cursor } } }')
     assert "is not a cursor of works" in body["errors"][0]["message"]
+
+
+async def test_kept_inbound_totals_follow_every_writer(synthetic):
+    """Hand-written SQL: a reference whose citing paper has no snapshot yet counts once the paper arrives
+    (the database moves its visibility); a deleted one stops counting."""
+    served, url, high = synthetic
+    conn = await asyncpg.connect(url)
+    try:
+        cited = await conn.fetchval("SELECT cited_arxiv_id FROM citation_observations WHERE cited_arxiv_id IS NOT "
+                                    "NULL GROUP BY 1 ORDER BY count(*), 1 LIMIT 1")
+        before = await conn.fetchval("SELECT total FROM paper_inbound_totals WHERE arxiv_id = $1", cited)
+        oids = [uuid4(), uuid4()]
+        at = high - timedelta(days=1)
+        await conn.executemany(
+            "INSERT INTO citation_observations (observation_id, citing_arxiv_id, reference_index, source, "
+            "source_observed_at, cited_arxiv_id) VALUES ($1, '9912.00001', $2, 'pdf_text', $3, $4)",
+            [(oid, i + 1, at, cited) for i, oid in enumerate(oids)])
+        assert await conn.fetchval("SELECT total FROM paper_inbound_totals WHERE arxiv_id = $1", cited) == before
+        await conn.execute("INSERT INTO paper_snapshots VALUES ('9912.00001', $1, 'A late paper', 1, 'cs.LG', $1, $1)",
+                           at)
+        assert await conn.fetchval("SELECT total FROM paper_inbound_totals WHERE arxiv_id = $1", cited) == before + 2
+        assert await conn.fetchval("SELECT total FROM paper_inbound_totals WHERE arxiv_id = '9912.00001'") == 0
+        await conn.execute("DELETE FROM resolutions WHERE observation_id = $1", oids[0])
+        await conn.execute("DELETE FROM citation_observations WHERE observation_id = $1", oids[0])
+        recount = await conn.fetchval("SELECT count(*) FROM citation_observations WHERE cited_arxiv_id = $1 "
+                                      "AND visible_from IS NOT NULL", cited)
+        assert await conn.fetchval("SELECT total FROM paper_inbound_totals WHERE arxiv_id = $1", cited) == recount \
+            == before + 1
+        wrong = await conn.fetchval(
+            "SELECT count(*) FROM paper_inbound_totals AS t WHERE t.total <> (SELECT count(*) FROM "
+            "citation_observations AS o WHERE o.cited_arxiv_id = t.arxiv_id AND o.visible_from IS NOT NULL)")
+        assert wrong == 0
+    finally:
+        await conn.close()
+    body = await served.graphql('{ browsePapers(orderBy: INBOUND_COUNT_DESC, first: 100, filter: {category: "cs.LG", '
+                                'submittedFrom: "%s"}) { edges { inboundCount node { arxivId inbound { totalCount } } } } }'
+                                % z(at - timedelta(seconds=1)))
+    edges = body["data"]["browsePapers"]["edges"]
+    assert [e["node"]["arxivId"] for e in edges] == ["9912.00001"] and edges[0]["inboundCount"] == 0

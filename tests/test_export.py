@@ -221,6 +221,36 @@ async def test_the_whole_graph_export_has_every_visible_observation_once(synthet
     assert f"{len(edges):,} edges" in done.stderr.decode()
 
 
+async def test_a_notebook_reads_the_exports_with_no_options(synthetic, tmp_path):
+    """pandas guesses column types: typed node ids (arxiv:1501.00010, never a number) keep every edge end
+    equal to a node id, in CSV and ndjson alike."""
+    _, url, high = synthetic
+    done = export(url, "--format", "csv", "--as-of", whole(high), "--output", str(tmp_path / "g.csv"))
+    assert done.returncode == 0, done.stderr.decode()
+    members = zipfile.ZipFile(tmp_path / "g.csv")
+    nodes, edges = pd.read_csv(members.open("nodes.csv")), pd.read_csv(members.open("edges.csv"))
+    done = export(url, "--format", "ndjson", "--as-of", whole(high))
+    lines = pd.read_json(io.BytesIO(done.stdout), lines=True)
+    for nodes, edges in ((nodes, edges), (lines[lines["type"] == "node"], lines[lines["type"] == "edge"])):
+        ids = set(nodes["id"])
+        assert len(edges) > 1000 and set(edges["source"]) <= ids and set(edges["target"]) <= ids
+        assert any(i.endswith("0") for i in ids), "ids with trailing zeros, the ones a float would change"
+        assert {i.split(":")[0] for i in ids} == {"arxiv", "work", "reference"}
+        assert {"cited_work_event_type", "cited_work_event_source", "cited_work_event_reported_at",
+                "cited_work_event_observed_at"} <= set(edges.columns)
+
+
+async def test_pagerank_over_the_graphml_export_with_what_the_analysis_extra_installs(synthetic, tmp_path):
+    _, url, high = synthetic
+    done = export(url, "--format", "graphml", "--as-of", whole(high))
+    assert done.returncode == 0, done.stderr.decode()
+    graph = nx.DiGraph(nx.read_graphml(io.BytesIO(done.stdout)))
+    rank = nx.pagerank(graph)  # scipy's sparse solver (networkx >= 3)
+    assert abs(sum(rank.values()) - 1.0) < 1e-6
+    top = max(rank, key=rank.get)
+    assert top.startswith("arxiv:") and graph.in_degree(top) > 0
+
+
 async def test_edge_attributes_agree_with_graphql(synthetic, tmp_path):
     """Resolution, standing and the retraction flag of every edge, against GraphQL at the same instant."""
     served, url, high = synthetic
@@ -243,7 +273,7 @@ async def test_edge_attributes_agree_with_graphql(synthetic, tmp_path):
     assert done.returncode == 0
     _, edges = read_back("ndjson", done.stdout)
     by_id = edges.set_index("observation_id")
-    papers = sorted(set(edges["source"]))
+    papers = sorted({source.removeprefix("arxiv:") for source in edges["source"]})
     retracted = 0
     for start in range(0, len(papers), 10):
         batch = papers[start:start + 10]
@@ -382,7 +412,7 @@ def recipe(name: str, *args: str, plain: bool = True) -> subprocess.CompletedPro
                           capture_output=True, text=True, timeout=300)
 
 
-async def test_recipe_papers_whose_references_were_retracted_between_two_dates(synthetic, server):
+async def test_recipe_papers_citing_retracted_work_and_since_when(synthetic, server):
     _, url, high = synthetic
     start, end = high - timedelta(days=20), high - timedelta(days=5)
     conn = await asyncpg.connect(url)
@@ -390,62 +420,79 @@ async def test_recipe_papers_whose_references_were_retracted_between_two_dates(s
         papers = [r[0] for r in await conn.fetch(
             "SELECT citing_arxiv_id FROM citation_observations WHERE work_id IS NOT NULL GROUP BY 1 "
             "ORDER BY count(*) DESC, 1 LIMIT 40")]
-        # Retract one work cited by each of ten papers inside the window, and one just outside it.
+        # Retract one work cited by each of ten papers inside the window, one just after it, and reinstate one.
         works = [await conn.fetchval("SELECT work_id FROM citation_observations WHERE citing_arxiv_id = $1 AND "
                                      "work_id IS NOT NULL AND visible_from <= $2 ORDER BY reference_index DESC LIMIT 1",
-                                     p, start) for p in papers[:11]]
+                                     p, start) for p in papers[:12]]
         await conn.executemany(
             "INSERT INTO work_events (work_id, source, event_type, observed_at, notice_doi) "
             "VALUES ($1, 'retraction_watch', $2, $3, '10.5555/notice') ON CONFLICT DO NOTHING",
             [(w, "retraction" if i % 2 else "withdrawal", start + timedelta(days=1 + i)) for i, w in enumerate(works[:10])]
-            + [(works[10], "retraction", end + timedelta(seconds=1))])
-        # What the recipe must find, straight from the tables: every retraction or withdrawal in (start, end]
-        # of a work each paper cites, at the paper's first reference to that work.
-        expected = sorted((r[0], r[1], r[2]) for r in await conn.fetch(
-            """SELECT o.citing_arxiv_id, min(o.reference_index), e.event_type FROM citation_observations AS o
-               JOIN work_events AS e USING (work_id)
-               WHERE o.citing_arxiv_id = ANY($1) AND o.visible_from <= $3
-                 AND e.event_type IN ('retraction', 'withdrawal') AND e.observed_at > $2 AND e.observed_at <= $3
-               GROUP BY o.citing_arxiv_id, o.work_id, e.event_type, e.observed_at, e.source""",
-            papers, start, end))
+            + [(works[10], "retraction", end + timedelta(seconds=1)), (works[11], "retraction", start),
+               (works[11], "reinstatement", start + timedelta(days=1))])
+        # What the recipe must find, straight from the tables: every visible reference at `end` to a work whose
+        # latest retraction, withdrawal or reinstatement by then is a retraction or withdrawal, with that event.
+        retracted = """
+            SELECT o.citing_arxiv_id, o.reference_index, d.event_type, d.observed_at FROM citation_observations AS o
+            JOIN LATERAL (SELECT e.event_type, e.observed_at FROM work_events AS e WHERE e.work_id = o.work_id
+                          AND e.observed_at <= $1 AND e.event_type IN ('retraction', 'withdrawal', 'reinstatement')
+                          ORDER BY e.observed_at DESC, e.source DESC, e.reported_at DESC NULLS LAST,
+                                   e.event_type DESC LIMIT 1) AS d ON d.event_type <> 'reinstatement'
+            WHERE o.visible_from <= $1 AND EXISTS (SELECT 1 FROM work_snapshots AS w
+                                                   WHERE w.work_id = o.work_id AND w.observed_at <= $1)"""
+        every = sorted((r[0], r[1], r[2]) for r in await conn.fetch(retracted, end))
+        recent = sorted((r[0], r[1], r[2]) for r in await conn.fetch(retracted, end) if r[3] > start)
     finally:
         await conn.close()
-    ids_file = Path(tempfile.mkdtemp()) / "corpus.txt"
-    ids_file.write_text("# a corpus\n" + "\n".join(papers[20:]) + "\n")
-    done = recipe("retracted_references.py", "--url", server.base + "/graphql", "--from", whole(start),
-                  "--to", whole(end), *papers[:20], "--ids-file", str(ids_file))
+    assert len(recent) >= 10 and len(every) > len(recent)
+    # Every paper, walked with browsePapers.
+    done = recipe("retracted_references.py", "--url", server.base + "/graphql", "--as-of", whole(end))
     assert done.returncode == 0, done.stderr
     rows = list(csv.DictReader(io.StringIO(done.stdout)))
-    assert len(expected) >= 10
-    assert sorted((r["arxiv_id"], int(r["reference_index"]), r["event"]) for r in rows) == expected
-    assert f"{len(expected)} retracted or withdrawn references among 40 papers" in done.stderr
+    assert sorted((r["arxiv_id"], int(r["reference_index"]), r["event"]) for r in rows) == every
+    assert all(r["retracted_since"] and r["event_source"] for r in rows)
+    citing = len({r[0] for r in every})
+    assert f"{len(every)} retracted or withdrawn references among {citing} papers citing retracted work" in done.stderr
+    # Named papers, and only retractions observed after --since.
+    ids_file = Path(tempfile.mkdtemp()) / "corpus.txt"
+    ids_file.write_text("# a corpus\n" + "\n".join(papers[20:]) + "\n")
+    done = recipe("retracted_references.py", "--url", server.base + "/graphql", "--as-of", whole(end),
+                  "--since", whole(start), *papers[:20], "--ids-file", str(ids_file))
+    assert done.returncode == 0, done.stderr
+    rows = list(csv.DictReader(io.StringIO(done.stdout)))
+    assert sorted((r["arxiv_id"], int(r["reference_index"]), r["event"]) for r in rows) == \
+        [r for r in recent if r[0] in papers]
+    assert "among 40 papers" in done.stderr
 
 
-async def test_recipe_citation_growth_month_by_month(synthetic, server):
+async def test_recipe_citation_growth_by_publication_year(synthetic, server):
     _, url, _ = synthetic
     paper = await most_cited(url)
     conn = await asyncpg.connect(url)
     try:
-        done = recipe("citation_growth.py", paper, "--url", server.base + "/graphql")
-        assert done.returncode == 0, done.stderr
-        rows = list(csv.DictReader(io.StringIO(done.stdout)))
-        assert len(rows) >= 3
-        months = [r["month"] for r in rows]
-        assert months == sorted(months) and len(set(months)) == len(months)
-        previous = 0
-        for row in rows:
-            year, month = int(row["month"][:4]), int(row["month"][5:])
-            following = datetime(year + month // 12, month % 12 + 1, 1, tzinfo=timezone.utc)
-            # Visible by the month's last whole second (a fact at 23:59:59.5 shows the next month).
-            visible = await conn.fetchval("SELECT count(*) FROM citation_observations WHERE cited_arxiv_id = $1 "
-                                          "AND visible_from <= $2", paper, following - timedelta(seconds=1))
-            assert int(row["citations"]) == visible, row
-            assert int(row["new"]) == visible - previous
-            previous = visible
-        assert previous == await conn.fetchval(
-            "SELECT count(*) FROM citation_observations WHERE cited_arxiv_id = $1 AND visible_from <= now()", paper)
+        # Distinct citing papers by the year of their version 1, straight from the tables.
+        expected = [(r[0], r[1]) for r in await conn.fetch(
+            """SELECT extract(year FROM s.submitted_at AT TIME ZONE 'UTC')::int, count(*) FROM
+               (SELECT DISTINCT citing_arxiv_id FROM citation_observations WHERE cited_arxiv_id = $1
+                AND visible_from <= now()) AS c
+               JOIN LATERAL (SELECT submitted_at FROM paper_snapshots WHERE arxiv_id = c.citing_arxiv_id
+                             ORDER BY observed_at DESC LIMIT 1) AS s ON true GROUP BY 1 ORDER BY 1""", paper)]
+        category = await conn.fetchval("SELECT primary_category FROM paper_snapshots WHERE arxiv_id = $1 LIMIT 1", paper)
+        in_category = await conn.fetchval("SELECT count(DISTINCT arxiv_id) FROM paper_snapshots AS s WHERE NOT EXISTS "
+                                          "(SELECT 1 FROM paper_snapshots AS n WHERE n.arxiv_id = s.arxiv_id AND "
+                                          "n.observed_at > s.observed_at) AND s.primary_category = $1", category)
     finally:
         await conn.close()
+    done = recipe("citation_growth.py", paper, "--url", server.base + "/graphql")
+    assert done.returncode == 0, done.stderr
+    rows = list(csv.DictReader(io.StringIO(done.stdout)))
+    assert [(int(r["year"]), int(r["citing_papers"])) for r in rows] == expected and sum(n for _, n in expected) > 10
+    assert [int(r["cumulative"]) for r in rows] == [sum(n for _, n in expected[:i + 1]) for i in range(len(expected))]
+    done = recipe("citation_growth.py", "--category", category, "--url", server.base + "/graphql")
+    assert done.returncode == 0, done.stderr
+    assert f"{in_category} papers" in done.stderr
+    assert [(int(r["year"]), int(r["citing_papers"])) for r in csv.DictReader(io.StringIO(done.stdout))
+            if r["arxiv_id"] == paper] == expected
 
 
 async def test_recipe_two_hop_neighbourhood_into_networkx(synthetic, server):
@@ -468,9 +515,10 @@ async def test_recipe_two_hop_neighbourhood_into_networkx(synthetic, server):
 async def test_recipes_report_errors(server):
     done = recipe("citation_growth.py", "nonsense", "--url", server.base + "/graphql")
     assert done.returncode == 1 and "arxivId" in done.stderr
-    done = recipe("retracted_references.py", "--from", "2026-06-01T00:00:00Z", "--to", "2026-01-01T00:00:00Z",
-                  "1501.00001", "--url", server.base + "/graphql")
-    assert done.returncode == 1 and "before from" in done.stderr
+    done = recipe("retracted_references.py", "--since", "yesterday", "1501.00001", "--url", server.base + "/graphql")
+    assert done.returncode == 1 and "--since: 'yesterday' is not a UTC instant" in done.stderr
+    done = recipe("retracted_references.py", "nonsense", "--url", server.base + "/graphql")
+    assert done.returncode == 1 and "arxivIds" in done.stderr
 
 
 async def test_titles_xml_cannot_carry_still_give_readable_graphml(synthetic):

@@ -108,3 +108,43 @@ async def test_synth_refuses_a_database_that_holds_data_unless_appending(empty_d
         assert await conn.fetchval("SELECT count(*) FROM citation_observations") == before
     finally:
         await conn.close()
+
+
+@pytest.mark.parametrize("where, path", [
+    (lambda d: d["inbound"][0]["citation"]["citing_paper"], "$.inbound[0].citation.citing_paper.arxiv_id"),
+    (lambda d: next(o["citation"]["cited_work"] for o in d["inbound"] if o["citation"]["cited_work"]["work_id"]),
+     ".citation.cited_work.arxiv_id"),
+])
+async def test_load_refuses_any_arxiv_id_of_a_document_the_api_cannot_look_up(empty_database, tmp_path, where, path):
+    document = json.loads(SEED.read_text())
+    where(document)["arxiv_id"] = "10.1016/j.x"  # a DOI where an arXiv id goes
+    target = tmp_path / "bad.json"
+    target.write_text(json.dumps(document))
+    done = pith("load", str(target), url=empty_database)
+    assert done.returncode == 1 and path in done.stderr.decode() and "not an arXiv id" in done.stderr.decode(), \
+        done.stderr.decode()
+    conn = await asyncpg.connect(empty_database)
+    try:
+        assert await conn.fetchval("SELECT count(*) FROM citation_observations") == 0
+    finally:
+        await conn.close()
+
+
+async def test_synthetic_data_says_it_is_synthetic(empty_database):
+    from tests.conftest import StatementLog, serve
+
+    done = pith("synth", "--papers", "60", url=empty_database)
+    assert done.returncode == 0, done.stderr.decode()
+    async for served in serve(empty_database, StatementLog()):
+        evidence = (await served.client.get("/evidence", headers={"Accept": "application/json"})).json()
+        assert evidence["synthetic"] is True and evidence["sources"]
+        assert all(s["synthetic"] and s["kind"] == "synthetic" and s["source"].startswith("synthetic_")
+                   for s in evidence["sources"]), evidence
+        page = await served.client.get("/evidence", headers={"Accept": "text/html"})
+        assert "Synthetic data." in page.text
+        body = await served.graphql('{ browsePapers(first: 20) { nodes { outbound(first: 100) { edges { node { '
+                                    'standingNotice { sourceReceipts { source live synthetic } } } } } } } }')
+        receipts = [r for p in body["data"]["browsePapers"]["nodes"] for e in p["outbound"]["edges"]
+                    for r in e["node"]["standingNotice"]["sourceReceipts"]]
+        assert receipts and all(r["synthetic"] for r in receipts)
+        assert {r["live"] for r in receipts} == {True, False}  # *_status_cache sources stay caches
