@@ -38,6 +38,11 @@ AsOfArg = Annotated[datetime | None, strawberry.argument(
     description="The instant to answer as of (default: now, whole seconds). Applies to everything below this field.")]
 
 
+# The paging arguments of the top-level lists (browsePapers, works, searchPapers).
+ListFirstArg = Annotated[int | None, strawberry.argument(description="How many, 1 to 100 (default 100).")]
+ListAfterArg = Annotated[str | None, strawberry.argument(description="endCursor of the previous page.")]
+
+
 def _arxiv_id(value: str, argument: str = "arxivId") -> str:
     try:
         return parse_arxiv_id(value)
@@ -298,8 +303,8 @@ class Query:
         self, info: Info,
         filter: Annotated[PaperFilter | None, strawberry.argument(description="Which papers (default: all).")] = None,
         order_by: Annotated[PaperOrder, strawberry.argument(description="The order.")] = PaperOrder.ARXIV_ID,
-        first: Annotated[int | None, strawberry.argument(description="How many, 1 to 100 (default 100).")] = None,
-        after: Annotated[str | None, strawberry.argument(description="endCursor of the previous page.")] = None,
+        first: ListFirstArg = None,
+        after: ListAfterArg = None,
         as_of: AsOfArg = None,
     ) -> PaperConnection:
         from app import cursors
@@ -334,8 +339,8 @@ class Query:
     async def works(
         self, info: Info,
         filter: Annotated[WorkFilter | None, strawberry.argument(description="Which works (default: all).")] = None,
-        first: Annotated[int | None, strawberry.argument(description="How many, 1 to 100 (default 100).")] = None,
-        after: Annotated[str | None, strawberry.argument(description="endCursor of the previous page.")] = None,
+        first: ListFirstArg = None,
+        after: ListAfterArg = None,
         as_of: AsOfArg = None,
     ) -> WorkConnection:
         from app import cursors
@@ -362,7 +367,7 @@ class Query:
         self, info: Info,
         query: Annotated[str, strawberry.argument(description="Words; quotes and - work as in web search.")],
         first: Annotated[int, strawberry.argument(description="How many, 1 to 100.")] = 10,
-        after: Annotated[str | None, strawberry.argument(description="endCursor of the previous page.")] = None,
+        after: ListAfterArg = None,
         as_of: AsOfArg = None,
     ) -> SearchConnection | None:
         from app import cursors
@@ -385,9 +390,8 @@ class Query:
         edges = [SearchEdge(cursor=cursors.encode_search(rank, p.arxiv_id), node=Paper.of(p, at, as_of is not None),
                             score=rank)
                  for p, rank in shown]
-        return SearchConnection(edges=edges, nodes=[e.node for e in edges], page_info=PageInfo(
-            has_next_page=len(found) > first, has_previous_page=key is not None,
-            start_cursor=edges[0].cursor if edges else None, end_cursor=edges[-1].cursor if edges else None))
+        return SearchConnection(edges=edges, nodes=[e.node for e in edges],
+                                page_info=_page_info(edges, len(found) > first, key))
 
 
 def _page_info(edges: list, more: bool, after: object) -> PageInfo:

@@ -42,7 +42,7 @@ _KEYS: Final = {
 
 
 # The instant from which the kept totals (migration 0011) are every paper's inbound total.
-_TOTALS_EXACT: Final = ("$AS >= coalesce((SELECT exact_from FROM paper_inbound_totals_exact), "
+_TOTALS_EXACT: Final = ("$AS >= coalesce((SELECT max(counted_until) FROM paper_inbound_totals), "
                         "'-infinity'::timestamptz)")
 _SNAPSHOT_COLUMNS: Final = "s." + PAPER_COLUMNS.replace(", ", ", s.")
 
