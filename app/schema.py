@@ -314,9 +314,7 @@ class Query:
         order = order_by.value
         key = cursors.decode_browse(order, after, "browsePapers")
         f = filter or PaperFilter()
-        if f.category is not None and not 0 < len(f.category) <= 64:
-            raise UserInputError("filter.category: give a category of 1 to 64 characters, e.g. cs.LG",
-                                 argument="filter")
+        _name(f.category, "filter.category", 64, "cs.LG")
         if f.submitted_from is not None and f.submitted_to is not None and f.submitted_to < f.submitted_from:
             raise UserInputError("filter.submittedTo: is before submittedFrom; give submittedTo >= submittedFrom",
                                  argument="filter")
@@ -349,9 +347,7 @@ class Query:
         size = check_first(first if first is not None else MAX_FIRST)
         key = cursors.decode_browse("works", after, "works")
         f = filter or WorkFilter()
-        if f.source is not None and not 0 < len(f.source) <= 200:
-            raise UserInputError("filter.source: give a source name of 1 to 200 characters, e.g. retraction_watch",
-                                 argument="filter")
+        _name(f.source, "filter.source", 200, "retraction_watch")
         at = info.context.instant(as_of)
         page = await browse_works(info.context.session, at, size, f.retracted,
                                   f.event_type.value if f.event_type is not None else None, f.source,
@@ -392,6 +388,16 @@ class Query:
                  for p, rank in shown]
         return SearchConnection(edges=edges, nodes=[e.node for e in edges],
                                 page_info=_page_info(edges, len(found) > first, key))
+
+
+def _name(value: str | None, argument: str, most: int, example: str) -> None:
+    """A name a filter compares with stored text (a category, a source): printable, at most `most` characters."""
+    from app.timeparse import has_surrogate
+
+    if value is not None and not (0 < len(value) <= most and value.isprintable() and not has_surrogate(value)):
+        shown = value[:60].encode("unicode_escape").decode()
+        raise UserInputError(f"{argument}: {shown!r} is not a name to filter on; give 1 to {most} printable "
+                             f"characters, e.g. {example}", argument="filter")
 
 
 def _page_info(edges: list, more: bool, after: object) -> PageInfo:

@@ -173,7 +173,9 @@ async def test_a_page_is_one_statement_and_cursors_belong_to_their_order(synthet
     bad = [({"first": 0}, "first: 0 is out of range; allowed 1 to 100"),
            ({"after": "nonsense"}, "is not a cursor of browsePapers"),
            ({"filter": {"submittedFrom": "2020-01-01T00:00:00Z", "submittedTo": "2019-01-01T00:00:00Z"}},
-            "submittedTo: is before submittedFrom")]
+            "submittedTo: is before submittedFrom"),
+           ({"filter": {"category": "cs\u0000LG"}}, "filter.category: 'cs\\\\x00LG' is not a name to filter on"),
+           ({"filter": {"category": ""}}, "give 1 to 64 printable characters")]
     for variables, message in bad:
         body = await served.graphql("query($first: Int, $after: String, $filter: PaperFilter) { "
                                     "browsePapers(first: $first, after: $after, filter: $filter) { edges { cursor } } }",
@@ -181,6 +183,10 @@ async def test_a_page_is_one_statement_and_cursors_belong_to_their_order(synthet
         assert message in body["errors"][0]["message"], body
     body = await served.graphql('{ works(after: "bm9uc2Vuc2U") { edges { cursor } } }')
     assert "is not a cursor of works" in body["errors"][0]["message"]
+    response = await served.client.post("/graphql", headers={"Content-Type": "application/json"}, content=(
+        b'{"query": "query($s: String) { works(filter: {source: $s}) { edges { cursor } } }", '
+        b'"variables": {"s": "\\ud800"}}'))  # a lone surrogate, as JSON can write it
+    assert response.status_code < 500 and "errors" in response.json(), response.text
 
 
 async def test_kept_inbound_totals_follow_every_writer(synthetic):
