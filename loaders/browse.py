@@ -28,9 +28,9 @@ _LATEST_PAPER: Final = """NOT EXISTS (SELECT 1 FROM paper_snapshots AS n WHERE n
 # Papers with a visible reference whose cited work is retracted at the instant.
 _CITING_RETRACTED: Final = f"""(SELECT o.citing_arxiv_id FROM citation_observations AS o
      WHERE o.work_id IN {MAY_BE_RETRACTED} AND {VISIBLE} AND {retracted_sql("o.work_id")})"""
-# A paper's inbound total at the instant (its inbound connection's totalCount).
-_INBOUND: Final = f"""(SELECT count(*) FROM citation_observations AS o
-     WHERE o.cited_arxiv_id = s.arxiv_id AND {VISIBLE})"""
+# Every paper's inbound total at the instant (its inbound connection's totalCount), in one pass.
+_INBOUND_AT: Final = f"""(SELECT o.cited_arxiv_id AS arxiv_id, count(*) AS total FROM citation_observations AS o
+     WHERE o.cited_arxiv_id IS NOT NULL AND {VISIBLE} GROUP BY o.cited_arxiv_id)"""
 
 # $1 instant, $2 rows, $3 category, $4 submitted from, $5 submitted to; the cursor's key from $6.
 _KEYS: Final = {
@@ -48,7 +48,8 @@ _SNAPSHOT_COLUMNS: Final = "s." + PAPER_COLUMNS.replace(", ", ", s.")
 
 
 def _conditions(cites_retracted: bool | None) -> list[str]:
-    """What makes the row `s` a listed paper: its latest snapshot at the instant, passing the filter."""
+    """What makes the row `s` a listed paper: its latest snapshot at the instant (the first two), passing
+    the filter."""
     conditions = ["s.observed_at <= $AS", _LATEST_PAPER,
                   "($3::text IS NULL OR s.primary_category = $3::text)",
                   "($4::timestamptz IS NULL OR s.submitted_at >= $4::timestamptz)",
@@ -64,19 +65,30 @@ def browse_sql(order: str, cites_retracted: bool | None, after: bool) -> str:
     if order != "INBOUND_COUNT_DESC":
         return at_param(f"SELECT {_SNAPSHOT_COLUMNS}, NULL::bigint AS inbound\nFROM paper_snapshots AS s\nWHERE "
                         + "\n  AND ".join(conditions + ([past] if after else [])) + f"\nORDER BY {sort}\nLIMIT $2", 1)
-    # Most cited first. From the kept totals (an index walk in this order) at any instant they are exact
-    # for; before that, every paper's total counted from its observations, then sorted. One branch runs
-    # (the other's condition is false before it starts).
+    # Most cited first, from the kept totals (an index walk in this order) at any instant they are exact
+    # for. Before that instant the statement returns one row of NULLs instead, and the page is counted
+    # (counted_sql). Two statements, not one with both branches: the counted one is priced so high that
+    # PostgreSQL compiles it (JIT, a third of a second), and would for every page of the kept one too.
+    # Each paper's latest snapshot by a probe of its own (LATERAL ... LIMIT 1): the pool plans statements
+    # once, generically, and a join the planner is free to choose became a scan of every snapshot per row.
     kept_past = "(-t.total, t.arxiv_id) > (-$6::bigint, $7::text)"
+    latest = (f"SELECT {PAPER_COLUMNS} FROM paper_snapshots AS p WHERE p.arxiv_id = t.arxiv_id "
+              "AND p.observed_at <= $AS ORDER BY p.observed_at DESC LIMIT 1")
     kept = (f"SELECT {_SNAPSHOT_COLUMNS}, t.total AS inbound\nFROM paper_inbound_totals AS t\n"
-            "JOIN paper_snapshots AS s ON s.arxiv_id = t.arxiv_id\nWHERE " + _TOTALS_EXACT + "\n  AND "
-            + "\n  AND ".join(conditions + ([kept_past] if after else []))
+            f"CROSS JOIN LATERAL ({latest}) AS s\nWHERE " + _TOTALS_EXACT + "\n  AND "
+            + "\n  AND ".join(conditions[2:] + ([kept_past] if after else []))
             + "\nORDER BY -t.total, t.arxiv_id\nLIMIT $2")
-    counted = (f"SELECT * FROM (SELECT {_SNAPSHOT_COLUMNS}, {_INBOUND} AS inbound\nFROM paper_snapshots AS s\n"
-               f"WHERE NOT {_TOTALS_EXACT}\n  AND " + "\n  AND ".join(conditions) + ") AS s"
-               + (f"\nWHERE {past}" if after else "") + f"\nORDER BY {sort}\nLIMIT $2")
-    return at_param(f"SELECT * FROM (({kept})\nUNION ALL\n({counted})) AS page\nORDER BY inbound DESC, arxiv_id\n"
-                    "LIMIT $2", 1)
+    not_exact = f"SELECT {', '.join(['NULL'] * (PAPER_COLUMNS.count(',') + 2))} WHERE NOT {_TOTALS_EXACT}"
+    return at_param(f"({kept})\nUNION ALL\n{not_exact}", 1)
+
+
+def counted_sql(cites_retracted: bool | None, after: bool) -> str:
+    """INBOUND_COUNT_DESC at an instant the kept totals are not exact for: every paper's total counted."""
+    sort, past = _KEYS["INBOUND_COUNT_DESC"]
+    return at_param(f"SELECT * FROM (SELECT {_SNAPSHOT_COLUMNS}, coalesce(c.total, 0) AS inbound\n"
+                    f"FROM paper_snapshots AS s\nLEFT JOIN {_INBOUND_AT} AS c ON c.arxiv_id = s.arxiv_id\n"
+                    "WHERE " + "\n  AND ".join(_conditions(cites_retracted)) + ") AS s"
+                    + (f"\nWHERE {past}" if after else "") + f"\nORDER BY {sort}\nLIMIT $2", 1)
 
 
 @dataclass(frozen=True)
@@ -88,8 +100,10 @@ class PaperPage:
 async def browse_papers(db: Db, as_of: datetime, first: int, order: str, category: str | None,
                         submitted_from: datetime | None, submitted_to: datetime | None,
                         cites_retracted: bool | None, after: Sequence[Any] | None) -> PaperPage:
-    sql = browse_sql(order, cites_retracted, after is not None)
-    rows = await db.fetch(sql, as_of, first + 1, category, submitted_from, submitted_to, *(after or ()))
+    args = (as_of, first + 1, category, submitted_from, submitted_to, *(after or ()))
+    rows = await db.fetch(browse_sql(order, cites_retracted, after is not None), *args)
+    if order == "INBOUND_COUNT_DESC" and rows and rows[0]["observed_at"] is None:  # the totals are not exact then
+        rows = await db.fetch(counted_sql(cites_retracted, after is not None), *args)
     found = [(p, r["inbound"]) for r in rows if (p := paper_from(r)) is not None]
     return PaperPage(found[:first], len(found) > first)
 

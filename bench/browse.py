@@ -1,0 +1,155 @@
+"""Enumeration at scale: a browsePapers / works page over HTTP against the SQL that bounds it, in one run.
+
+For each case, the median of several requests of one page (100 papers or works) through a running
+`pith-graph serve`, beside the median of the same page's rows read straight with asyncpg (the floor:
+the index walk itself, no GraphQL). Pages are taken at the start and in the middle of the order (a
+keyset page costs the same wherever it starts). For INBOUND_COUNT_DESC the naive way is measured too:
+every paper's total counted from the observations, then sorted (what a page would cost without the
+totals the database keeps). Results go to bench/results/browse/<date>-<papers>.json.
+
+    python bench/browse.py --database-url postgresql://.../pith_browse_1m [--repeat 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import asyncpg
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from app.cursors import encode_browse  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results" / "browse"
+PAGE = """query($order: PaperOrder!, $filter: PaperFilter, $after: String) {
+  browsePapers(orderBy: $order, filter: $filter, first: 100, after: $after) {
+    edges { cursor inboundCount node { arxivId title submittedAt primaryCategory } } pageInfo { hasNextPage } } }"""
+WORKS = """query($filter: WorkFilter, $after: String) { works(filter: $filter, first: 100, after: $after) {
+    nodes { workId doi title } pageInfo { hasNextPage } } }"""
+LATEST = ("NOT EXISTS (SELECT 1 FROM paper_snapshots AS n WHERE n.arxiv_id = s.arxiv_id "
+          "AND n.observed_at > s.observed_at)")
+FLOORS = {
+    "ARXIV_ID": f"SELECT s.* FROM paper_snapshots AS s WHERE s.arxiv_id > $1 AND {LATEST} ORDER BY s.arxiv_id LIMIT 101",
+    "SUBMITTED_AT": (f"SELECT s.* FROM paper_snapshots AS s WHERE (s.submitted_at, s.arxiv_id) > ($1, $2) AND {LATEST} "
+                     "ORDER BY s.submitted_at, s.arxiv_id LIMIT 101"),
+    "INBOUND_COUNT_DESC": ("SELECT t.arxiv_id, t.total FROM paper_inbound_totals AS t WHERE (-t.total, t.arxiv_id) > "
+                           "(-$1::bigint, $2) ORDER BY -t.total, t.arxiv_id LIMIT 101"),
+    "naive INBOUND_COUNT_DESC": ("SELECT cited_arxiv_id, count(*) AS n FROM citation_observations WHERE cited_arxiv_id "
+                                 "IS NOT NULL AND visible_from <= now() GROUP BY 1 ORDER BY n DESC, 1 LIMIT 101"),
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def median_ms(run, repeat: int) -> float:
+    await run()  # warm: plans, caches
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        await run()
+        times.append((time.perf_counter() - started) * 1000)
+    return statistics.median(times)
+
+
+async def measure(url: str, repeat: int) -> dict:
+    conn = await asyncpg.connect(url)
+    papers = await conn.fetchval("SELECT count(*) FROM paper_inbound_totals")
+    mid_id = await conn.fetchval("SELECT arxiv_id FROM paper_inbound_totals ORDER BY arxiv_id OFFSET $1 LIMIT 1",
+                                 papers // 2)
+    mid_submitted = await conn.fetchrow("SELECT submitted_at, arxiv_id FROM paper_snapshots WHERE arxiv_id = $1 "
+                                        "ORDER BY observed_at DESC LIMIT 1", mid_id)
+    mid_total = await conn.fetchrow("SELECT total, arxiv_id FROM paper_inbound_totals ORDER BY -total, arxiv_id "
+                                    "OFFSET $1 LIMIT 1", papers // 2)
+    category = await conn.fetchval("SELECT primary_category FROM paper_snapshots WHERE arxiv_id = $1 LIMIT 1", mid_id)
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--port", str(port)],
+                              env={**os.environ, "DATABASE_URL": url},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    cases: dict[str, dict] = {}
+    try:
+        async with httpx.AsyncClient(base_url=base, timeout=120) as client:
+            for _ in range(200):
+                try:
+                    if (await client.get("/readyz")).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                await asyncio.sleep(0.1)
+
+            async def page(query: str, variables: dict) -> None:
+                body = (await client.post("/graphql", json={"query": query, "variables": variables})).json()
+                assert "errors" not in body, body
+
+            plan = [
+                ("ARXIV_ID, first page", PAGE, {"order": "ARXIV_ID"}, "ARXIV_ID", ("",)),
+                ("ARXIV_ID, middle page", PAGE, {"order": "ARXIV_ID", "after": encode_browse("ARXIV_ID", [mid_id])},
+                 "ARXIV_ID", (mid_id,)),
+                ("SUBMITTED_AT, middle page", PAGE, {"order": "SUBMITTED_AT", "after": encode_browse(
+                    "SUBMITTED_AT", [mid_submitted["submitted_at"].isoformat(), mid_id])},
+                 "SUBMITTED_AT", (mid_submitted["submitted_at"], mid_id)),
+                ("INBOUND_COUNT_DESC, first page", PAGE, {"order": "INBOUND_COUNT_DESC"}, "INBOUND_COUNT_DESC",
+                 (2**62, "")),
+                ("INBOUND_COUNT_DESC, middle page", PAGE, {"order": "INBOUND_COUNT_DESC", "after": encode_browse(
+                    "INBOUND_COUNT_DESC", [mid_total["total"], mid_total["arxiv_id"]])}, "INBOUND_COUNT_DESC",
+                 (mid_total["total"], mid_total["arxiv_id"])),
+                (f"category {category}, middle page", PAGE, {"order": "ARXIV_ID", "filter": {"category": category},
+                                                             "after": encode_browse("ARXIV_ID", [mid_id])}, None, ()),
+                ("citesRetracted: true, first page", PAGE, {"order": "ARXIV_ID", "filter": {"citesRetracted": True}},
+                 None, ()),
+                ("works, middle page", WORKS, {}, None, ()),
+                ("works retracted: true, first page", WORKS, {"filter": {"retracted": True}}, None, ()),
+            ]
+            for name, query, variables, floor, args in plan:
+                served = await median_ms(lambda: page(query, variables), repeat)
+                found = {"graphql_ms": round(served, 1)}
+                if floor is not None:
+                    sql = FLOORS[floor]
+                    found["sql_floor_ms"] = round(await median_ms(lambda: conn.fetch(sql, *args), repeat), 1)
+                    found["ratio"] = round(served / found["sql_floor_ms"], 1)
+                cases[name] = found
+                print(f"{name:40s} {found}", flush=True)
+            naive = await median_ms(lambda: conn.fetch(FLOORS["naive INBOUND_COUNT_DESC"]), max(1, repeat // 2))
+            cases["INBOUND_COUNT_DESC, naive: count every paper's citations, then sort"] = {"sql_ms": round(naive, 1)}
+            print(f"naive INBOUND_COUNT_DESC page {naive:.0f} ms", flush=True)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        observations = await conn.fetchval("SELECT reltuples::bigint FROM pg_class WHERE relname = "
+                                           "'citation_observations'")
+        await conn.close()
+    return {"date": datetime.now(timezone.utc).isoformat(), "papers": papers, "observations_estimate": observations,
+            "repeat": repeat, "cases": cases}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--database-url", required=True)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    result = asyncio.run(measure(args.database_url, args.repeat))
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    target = RESULTS / f"{result['date'][:10]}-{result['papers']}.json"
+    target.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {target}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
