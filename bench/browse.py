@@ -44,8 +44,9 @@ FLOORS = {
     "ARXIV_ID": f"SELECT s.* FROM paper_snapshots AS s WHERE s.arxiv_id > $1 AND {LATEST} ORDER BY s.arxiv_id LIMIT 101",
     "SUBMITTED_AT": (f"SELECT s.* FROM paper_snapshots AS s WHERE (s.submitted_at, s.arxiv_id) > ($1, $2) AND {LATEST} "
                      "ORDER BY s.submitted_at, s.arxiv_id LIMIT 101"),
-    "INBOUND_COUNT_DESC": ("SELECT t.arxiv_id, t.total FROM paper_inbound_totals AS t WHERE (-t.total, t.arxiv_id) > "
-                           "(-$1::bigint, $2) ORDER BY -t.total, t.arxiv_id LIMIT 101"),
+    "INBOUND_COUNT_DESC": ("SELECT s.*, t.total FROM paper_inbound_totals AS t CROSS JOIN LATERAL (SELECT * FROM "
+                           "paper_snapshots AS p WHERE p.arxiv_id = t.arxiv_id ORDER BY p.observed_at DESC LIMIT 1) AS s "
+                           "WHERE (-t.total, t.arxiv_id) > (-$1::bigint, $2) ORDER BY -t.total, t.arxiv_id LIMIT 101"),
     "naive INBOUND_COUNT_DESC": ("SELECT cited_arxiv_id, count(*) AS n FROM citation_observations WHERE cited_arxiv_id "
                                  "IS NOT NULL AND visible_from <= now() GROUP BY 1 ORDER BY n DESC, 1 LIMIT 101"),
 }
@@ -136,6 +137,36 @@ async def measure(url: str, repeat: int) -> dict:
         await conn.close()
     return {"date": datetime.now(timezone.utc).isoformat(), "papers": papers, "observations_estimate": observations,
             "repeat": repeat, "cases": cases}
+
+
+def report_lines() -> list[str]:
+    """The "Enumeration" section of BENCHMARKS.md: the newest result of each graph size."""
+    newest: dict[int, dict] = {}
+    for path in sorted(RESULTS.glob("*.json")):
+        r = json.loads(path.read_text())
+        newest[r["papers"]] = r
+    if not newest:
+        return []
+    lines = ["", "## Enumeration (`python bench/browse.py`)", "",
+             "One page of 100 (browsePapers, works) over HTTP, median of several requests, beside its SQL floor (the "
+             "same rows read straight with asyncpg) in the same run; pages at the start and in the middle of the order. "
+             "The naive INBOUND_COUNT_DESC row is what a page would cost without the totals the database keeps: every "
+             "paper's citations counted, then sorted.", ""]
+    sizes = sorted(newest)
+    lines += ["| page | " + " | ".join(f"{n:,} papers ({newest[n]['date'][:10]})" for n in sizes) + " |",
+              "|---|" + "---|" * len(sizes)]
+    for case in newest[sizes[-1]]["cases"]:
+        cells = []
+        for n in sizes:
+            x = newest[n]["cases"].get(case, {})
+            if "graphql_ms" in x:
+                cells.append(f"{x['graphql_ms']} ms" + (f" (floor {x['sql_floor_ms']} ms)" if "sql_floor_ms" in x else ""))
+            elif "sql_ms" in x:
+                cells.append(f"{x['sql_ms']:,} ms (SQL alone)")
+            else:
+                cells.append("")
+        lines.append(f"| {case} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def main() -> int:

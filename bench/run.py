@@ -574,11 +574,13 @@ def report() -> str:
     from bench.calibrate import report_lines as calibration_report
     from bench.governance import report_lines as governance_report
 
+    from bench.browse import report_lines as browse_report
     from bench.imports import report_lines as imports_report
 
     lines += calibration_report()
     lines += governance_report()
     lines += imports_report()
+    lines += browse_report()
     dates = {s: latest[s]["date"][:10] for s in scales}
     if len(set(dates.values())) > 1:
         lines += ["", "Columns come from runs of different days, so of different code: " +
