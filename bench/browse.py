@@ -3,7 +3,9 @@
 For each case, the median of several requests of one page (100 papers or works) through a running
 `pith-graph serve`, beside the median of the same page's rows read straight with asyncpg (the floor:
 the index walk itself, no GraphQL). Pages are taken at the start and in the middle of the order (a
-keyset page costs the same wherever it starts). For INBOUND_COUNT_DESC the naive way is measured too:
+keyset page costs the same wherever it starts). With --peer, PostGraphile (bench/peer.py's pinned
+install, serving bench/peer.sql) lists the same papers in the same order (peer.papers_at) at the same
+two places, interleaved with ours. For INBOUND_COUNT_DESC the naive way is measured too:
 every paper's total counted from the observations, then sorted (what a page would cost without the
 totals the database keeps). Results go to bench/results/browse/<date>-<papers>.json.
 
@@ -68,7 +70,36 @@ async def median_ms(run, repeat: int) -> float:
     return statistics.median(times)
 
 
-async def measure(url: str, repeat: int) -> dict:
+PEER_PAGE = """query($at: Datetime!, $offset: Int) { papersAt(asOf: $at, first: 100, offset: $offset) {
+    nodes { arxivId title submittedAt primaryCategory } pageInfo { hasNextPage } } }"""
+
+
+async def peer_pages(url: str, papers: int, repeat: int, ours: dict) -> dict:
+    """PostGraphile's first and middle page of papers by arXiv id, beside ours (already measured)."""
+    from bench.peer import ensure_postgraphile, install_functions, start_peer
+
+    version = ensure_postgraphile()
+    install_functions(url)
+    at = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+    peer = start_peer(url, 1, "0000.00000")
+    found = {"postgraphile": version}
+    try:
+        async with httpx.AsyncClient(base_url=peer.base, timeout=300) as client:
+            async def page(offset: int) -> None:
+                body = (await client.post("/graphql", json={"query": PEER_PAGE,
+                                                            "variables": {"at": at, "offset": offset}})).json()
+                assert "errors" not in body and len(body["data"]["papersAt"]["nodes"]) == 100, body
+
+            for name, offset in (("ARXIV_ID, first page", 0), ("ARXIV_ID, middle page", papers // 2)):
+                ms = await median_ms(lambda: page(offset), repeat)
+                found[name] = {"postgraphile_ms": round(ms, 1), "ratio_to_ours": round(ms / ours[name]["graphql_ms"], 1)}
+                print(f"PostGraphile {name:28s} {found[name]}", flush=True)
+    finally:
+        peer.stop()
+    return found
+
+
+async def measure(url: str, repeat: int, with_peer: bool = False) -> dict:
     conn = await asyncpg.connect(url)
     papers = await conn.fetchval("SELECT count(*) FROM paper_inbound_totals")
     mid_id = await conn.fetchval("SELECT arxiv_id FROM paper_inbound_totals ORDER BY arxiv_id OFFSET $1 LIMIT 1",
@@ -114,7 +145,7 @@ async def measure(url: str, repeat: int) -> dict:
                                                              "after": encode_browse("ARXIV_ID", [mid_id])}, None, ()),
                 ("citesRetracted: true, first page", PAGE, {"order": "ARXIV_ID", "filter": {"citesRetracted": True}},
                  None, ()),
-                ("works, middle page", WORKS, {}, None, ()),
+                ("works, first page", WORKS, {}, None, ()),
                 ("works retracted: true, first page", WORKS, {"filter": {"retracted": True}}, None, ()),
             ]
             for name, query, variables, floor, args in plan:
@@ -135,8 +166,11 @@ async def measure(url: str, repeat: int) -> dict:
         observations = await conn.fetchval("SELECT reltuples::bigint FROM pg_class WHERE relname = "
                                            "'citation_observations'")
         await conn.close()
-    return {"date": datetime.now(timezone.utc).isoformat(), "papers": papers, "observations_estimate": observations,
-            "repeat": repeat, "cases": cases}
+    result = {"date": datetime.now(timezone.utc).isoformat(), "papers": papers, "observations_estimate": observations,
+              "repeat": repeat, "cases": cases}
+    if with_peer:
+        result["peer"] = await peer_pages(url, papers, repeat, cases)
+    return result
 
 
 def report_lines() -> list[str]:
@@ -166,6 +200,13 @@ def report_lines() -> list[str]:
             else:
                 cells.append("")
         lines.append(f"| {case} | " + " | ".join(cells) + " |")
+    for n in sizes:
+        peer = newest[n].get("peer")
+        if peer:
+            lines += ["", f"PostGraphile {peer['postgraphile']} at {n:,} papers, the same papers by arXiv id "
+                      "(bench/peer.sql `papers_at`, paged by position as PostGraphile pages a function): "
+                      + "; ".join(f"{case}: {x['postgraphile_ms']} ms, {x['ratio_to_ours']}x ours"
+                                  for case, x in peer.items() if case != "postgraphile") + "."]
     return lines
 
 
@@ -173,8 +214,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--database-url", required=True)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--peer", action="store_true", help="also PostGraphile's pages of the same papers")
     args = parser.parse_args()
-    result = asyncio.run(measure(args.database_url, args.repeat))
+    result = asyncio.run(measure(args.database_url, args.repeat, args.peer))
     RESULTS.mkdir(parents=True, exist_ok=True)
     target = RESULTS / f"{result['date'][:10]}-{result['papers']}.json"
     target.write_text(json.dumps(result, indent=2) + "\n")

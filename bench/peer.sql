@@ -57,5 +57,16 @@ LANGUAGE sql STABLE AS $$
         ORDER BY x.observed_at DESC LIMIT 1) AS r ON true
 $$;
 
+-- Every paper's latest snapshot at the instant, by arXiv id (pith-graph's browsePapers, ARXIV_ID order;
+-- bench/browse.py). PostGraphile pages a function's rows by position (first / offset / its cursors).
+CREATE FUNCTION peer.papers_at(as_of timestamptz) RETURNS SETOF peer.paper
+LANGUAGE sql STABLE AS $$
+    SELECT * FROM peer.paper AS p
+    WHERE p.observed_at <= as_of
+      AND NOT EXISTS (SELECT 1 FROM public.paper_snapshots AS n WHERE n.arxiv_id = p.arxiv_id
+                      AND n.observed_at > p.observed_at AND n.observed_at <= as_of)
+    ORDER BY p.arxiv_id
+$$;
+
 GRANT USAGE ON SCHEMA peer TO PUBLIC;
 GRANT SELECT ON ALL TABLES IN SCHEMA peer TO PUBLIC;
