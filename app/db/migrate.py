@@ -32,12 +32,13 @@ async def migrate(conn: asyncpg.Connection, notes: list[str] | None = None, unti
     """Apply every pending migration (up to and including `until`, when named), each in its own
     transaction; return the versions applied.
 
-    What a migration says of the data it repaired (its NOTICEs, also kept in data_repairs) is appended
-    to `notes`."""
+    What a migration says of the data it repaired (a NOTICE that starts with its version and a colon,
+    also kept in data_repairs) is appended to `notes`; PostgreSQL's own notices (IF NOT EXISTS...) are not."""
     applied: list[str] = []
+    running = [""]
 
     def heard(_conn: asyncpg.Connection, message: asyncpg.PostgresLogMessage) -> None:
-        if notes is not None and message.severity_en in ("NOTICE", "INFO", "WARNING"):
+        if notes is not None and running[0] and str(message.message).startswith(running[0] + ":"):
             notes.append(str(message.message))
 
     conn.add_log_listener(heard)
@@ -53,6 +54,7 @@ async def migrate(conn: asyncpg.Connection, notes: list[str] | None = None, unti
                 break
             if version in done:
                 continue
+            running[0] = version
             async with conn.transaction():
                 await conn.execute(sql)
                 await conn.execute("INSERT INTO schema_migrations (version) VALUES ($1)", version)
