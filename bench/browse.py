@@ -2,7 +2,8 @@
 
 For each case, the median of several requests of one page (100 papers or works) through a running
 `pith-graph serve`, beside the median of the same page's rows read straight with asyncpg (the floor:
-the index walk itself, no GraphQL). Pages are taken at the start and in the middle of the order (a
+the statement the server sends for the page, planned as the server plans: generically,
+without JIT or parallel workers). Pages are taken at the start and in the middle of the order (a
 keyset page costs the same wherever it starts). With --peer, PostGraphile (bench/peer.py's pinned
 install, serving bench/peer.sql) lists the same papers in the same order (peer.papers_at) at the same
 two places, interleaved with ours. For INBOUND_COUNT_DESC the naive way is measured too:
@@ -33,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from app.cursors import encode_browse  # noqa: E402
+from loaders.browse import browse_sql  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "browse"
 PAGE = """query($order: PaperOrder!, $filter: PaperFilter, $after: String) {
@@ -40,15 +42,7 @@ PAGE = """query($order: PaperOrder!, $filter: PaperFilter, $after: String) {
     edges { cursor inboundCount node { arxivId title submittedAt primaryCategory } } pageInfo { hasNextPage } } }"""
 WORKS = """query($filter: WorkFilter, $after: String) { works(filter: $filter, first: 100, after: $after) {
     nodes { workId doi title } pageInfo { hasNextPage } } }"""
-LATEST = ("NOT EXISTS (SELECT 1 FROM paper_snapshots AS n WHERE n.arxiv_id = s.arxiv_id "
-          "AND n.observed_at > s.observed_at)")
 FLOORS = {
-    "ARXIV_ID": f"SELECT s.* FROM paper_snapshots AS s WHERE s.arxiv_id > $1 AND {LATEST} ORDER BY s.arxiv_id LIMIT 101",
-    "SUBMITTED_AT": (f"SELECT s.* FROM paper_snapshots AS s WHERE (s.submitted_at, s.arxiv_id) > ($1, $2) AND {LATEST} "
-                     "ORDER BY s.submitted_at, s.arxiv_id LIMIT 101"),
-    "INBOUND_COUNT_DESC": ("SELECT s.*, t.total FROM paper_inbound_totals AS t CROSS JOIN LATERAL (SELECT * FROM "
-                           "paper_snapshots AS p WHERE p.arxiv_id = t.arxiv_id ORDER BY p.observed_at DESC LIMIT 1) AS s "
-                           "WHERE (-t.total, t.arxiv_id) > (-$1::bigint, $2) ORDER BY -t.total, t.arxiv_id LIMIT 101"),
     "naive INBOUND_COUNT_DESC": ("SELECT cited_arxiv_id, count(*) AS n FROM citation_observations WHERE cited_arxiv_id "
                                  "IS NOT NULL AND visible_from <= now() GROUP BY 1 ORDER BY n DESC, 1 LIMIT 101"),
 }
@@ -61,7 +55,8 @@ def free_port() -> int:
 
 
 async def median_ms(run, repeat: int) -> float:
-    await run()  # warm: plans, caches
+    for _ in range(3):  # warm: plans, caches
+        await run()
     times = []
     for _ in range(repeat):
         started = time.perf_counter()
@@ -101,6 +96,8 @@ async def peer_pages(url: str, papers: int, repeat: int, ours: dict) -> dict:
 
 async def measure(url: str, repeat: int, with_peer: bool = False) -> dict:
     conn = await asyncpg.connect(url)
+    # The floor is planned as the server plans its statements (app.db.pool.BEGIN): once, generically, no JIT.
+    await conn.execute("SET plan_cache_mode = force_generic_plan; SET jit = off; SET max_parallel_workers_per_gather = 0")
     papers = await conn.fetchval("SELECT count(*) FROM paper_inbound_totals")
     mid_id = await conn.fetchval("SELECT arxiv_id FROM paper_inbound_totals ORDER BY arxiv_id OFFSET $1 LIMIT 1",
                                  papers // 2)
@@ -108,6 +105,7 @@ async def measure(url: str, repeat: int, with_peer: bool = False) -> dict:
                                         "ORDER BY observed_at DESC LIMIT 1", mid_id)
     mid_total = await conn.fetchrow("SELECT total, arxiv_id FROM paper_inbound_totals ORDER BY -total, arxiv_id "
                                     "OFFSET $1 LIMIT 1", papers // 2)
+    now = datetime.now(timezone.utc).replace(microsecond=0)
     category = await conn.fetchval("SELECT primary_category FROM paper_snapshots WHERE arxiv_id = $1 LIMIT 1", mid_id)
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--port", str(port)],
@@ -130,7 +128,7 @@ async def measure(url: str, repeat: int, with_peer: bool = False) -> dict:
                 assert "errors" not in body, body
 
             plan = [
-                ("ARXIV_ID, first page", PAGE, {"order": "ARXIV_ID"}, "ARXIV_ID", ("",)),
+                ("ARXIV_ID, first page", PAGE, {"order": "ARXIV_ID"}, "ARXIV_ID", ("",)),  # after "": from the start
                 ("ARXIV_ID, middle page", PAGE, {"order": "ARXIV_ID", "after": encode_browse("ARXIV_ID", [mid_id])},
                  "ARXIV_ID", (mid_id,)),
                 ("SUBMITTED_AT, middle page", PAGE, {"order": "SUBMITTED_AT", "after": encode_browse(
@@ -151,9 +149,10 @@ async def measure(url: str, repeat: int, with_peer: bool = False) -> dict:
             for name, query, variables, floor, args in plan:
                 served = await median_ms(lambda: page(query, variables), repeat)
                 found = {"graphql_ms": round(served, 1)}
-                if floor is not None:
-                    sql = FLOORS[floor]
-                    found["sql_floor_ms"] = round(await median_ms(lambda: conn.fetch(sql, *args), repeat), 1)
+                if floor is not None:  # the statement the server sends for this page, straight from asyncpg
+                    sql = browse_sql(floor, None, True)
+                    bound = (now, 101, None, None, None, *args)
+                    found["sql_floor_ms"] = round(await median_ms(lambda: conn.fetch(sql, *bound), repeat), 1)
                     found["ratio"] = round(served / found["sql_floor_ms"], 1)
                 cases[name] = found
                 print(f"{name:40s} {found}", flush=True)

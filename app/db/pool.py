@@ -29,9 +29,13 @@ async def _keep_connection(conn: asyncpg.Connection) -> None:
 # connection start-up: PgBouncer refuses start-up parameters it does not track (statement_timeout,
 # plan_cache_mode) and in transaction mode a session-level SET would leak to other clients.
 # Every read is batched over array parameters, so a custom plan cannot use the values anyway: plan once
-# per connection instead of on every execution.
+# per connection instead of on every execution. No JIT and no parallel workers: a generic plan's
+# estimates (a LIMIT $n is taken as a tenth of the rows) pass jit_above_cost and the parallel thresholds
+# for index walks of a few hundred rows; at 1,000,000 papers compiling took 175 ms and starting two
+# workers 5 ms where the page itself took 1 to 2 (bench/browse.py).
 BEGIN: Final = ("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET LOCAL statement_timeout = {ms}; "
-                "SET LOCAL plan_cache_mode = force_generic_plan")
+                "SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL jit = off; "
+                "SET LOCAL max_parallel_workers_per_gather = 0")
 
 
 async def connect(dsn: str, **options: Any) -> asyncpg.Connection:
