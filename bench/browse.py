@@ -139,7 +139,7 @@ async def measure(url: str, repeat: int, with_peer: bool = False) -> dict:
                 ("INBOUND_COUNT_DESC, middle page", PAGE, {"order": "INBOUND_COUNT_DESC", "after": encode_browse(
                     "INBOUND_COUNT_DESC", [mid_total["total"], mid_total["arxiv_id"]])}, "INBOUND_COUNT_DESC",
                  (mid_total["total"], mid_total["arxiv_id"])),
-                (f"category {category}, middle page", PAGE, {"order": "ARXIV_ID", "filter": {"category": category},
+                ("category filter, middle page", PAGE, {"order": "ARXIV_ID", "filter": {"category": category},
                                                              "after": encode_browse("ARXIV_ID", [mid_id])}, None, ()),
                 ("citesRetracted: true, first page", PAGE, {"order": "ARXIV_ID", "filter": {"citesRetracted": True}},
                  None, ()),
@@ -182,7 +182,8 @@ def report_lines() -> list[str]:
         return []
     lines = ["", "## Enumeration (`python bench/browse.py`)", "",
              "One page of 100 (browsePapers, works) over HTTP, median of several requests, beside its SQL floor (the "
-             "same rows read straight with asyncpg) in the same run; pages at the start and in the middle of the order. "
+             "statement the server sends for it, straight from asyncpg, planned as the server plans) in the same run; "
+             "pages at the start and in the middle of the order; the category filter is the middle paper's category. "
              "The naive INBOUND_COUNT_DESC row is what a page would cost without the totals the database keeps: every "
              "paper's citations counted, then sorted.", ""]
     sizes = sorted(newest)
