@@ -4,8 +4,9 @@ Each page is one statement that walks an index in the page's order and stops aft
 row, to tell whether more follow): a paper's latest snapshot at the instant is the row of its primary key
 (arxiv_id, observed_at) with no later one by then, so no page reads the papers before it. A first page and
 a later one are separate statements (a generic plan cannot turn "no cursor, or after it" into an index
-range). The citesRetracted and retracted filters are the rule of loaders.citations.retracted_sql, started
-from the few works with a retracting event.
+range). The citesRetracted and retracted filters are the rule of loaders.citations.retracted_sql, checked
+only on works with a retracting event. INBOUND_COUNT_DESC at an instant before the kept totals are exact
+takes a second statement (every paper counted).
 """
 
 from __future__ import annotations
@@ -20,8 +21,6 @@ from loaders.citations import MAY_BE_RETRACTED, VISIBLE, retracted_sql
 from loaders.papers import PAPER_COLUMNS, paper_from
 from loaders.rows import PaperSnapshot, WorkSnapshot
 from loaders.works import snapshot_from
-
-ORDERS: Final = ("ARXIV_ID", "SUBMITTED_AT", "INBOUND_COUNT_DESC")
 
 _LATEST_PAPER: Final = """NOT EXISTS (SELECT 1 FROM paper_snapshots AS n WHERE n.arxiv_id = s.arxiv_id
                      AND n.observed_at > s.observed_at AND n.observed_at <= $AS)"""
@@ -67,8 +66,8 @@ def browse_sql(order: str, cites_retracted: bool | None, after: bool) -> str:
                         + "\n  AND ".join(conditions + ([past] if after else [])) + f"\nORDER BY {sort}\nLIMIT $2", 1)
     # Most cited first, from the kept totals (an index walk in this order) at any instant they are exact
     # for. Before that instant the statement returns one row of NULLs instead, and the page is counted
-    # (counted_sql). Two statements, not one with both branches: the counted one is priced so high that
-    # PostgreSQL compiles it (JIT, a third of a second), and would for every page of the kept one too.
+    # (counted_sql). Two statements, not one with both branches: planned together, the counted branch's
+    # cost made every page of the kept one look like a scan of the graph (and JIT-compile where JIT is on).
     # Each paper's latest snapshot by a probe of its own (LATERAL ... LIMIT 1): the pool plans statements
     # once, generically, and a join the planner is free to choose became a scan of every snapshot per row.
     kept_past = "(-t.total, t.arxiv_id) > (-$6::bigint, $7::text)"
