@@ -308,7 +308,7 @@ class Query:
         as_of: AsOfArg = None,
     ) -> PaperConnection:
         from app import cursors
-        from loaders.browse import browse_papers
+        from loaders.browse import browse_papers, sort_key
 
         size = check_first(first if first is not None else MAX_FIRST)
         order = order_by.value
@@ -325,10 +325,8 @@ class Query:
         edges = []
         for p, inbound in page.papers:
             loaders.paper.prime(p.arxiv_id, p)
-            sort = {"ARXIV_ID": [p.arxiv_id], "SUBMITTED_AT": [p.submitted_at.isoformat(), p.arxiv_id],
-                    "INBOUND_COUNT_DESC": [inbound, p.arxiv_id]}[order]
-            edges.append(PaperEdge(cursor=cursors.encode_browse(order, sort), node=Paper.of(p, at, as_of is not None),
-                                   inbound_count=inbound))
+            edges.append(PaperEdge(cursor=cursors.encode_browse(order, sort_key(order, p, inbound)),
+                                   node=Paper.of(p, at, as_of is not None), inbound_count=inbound))
         return PaperConnection(edges=edges, nodes=[e.node for e in edges], page_info=_page_info(edges, page.more, key))
 
     @strawberry.field(description=(

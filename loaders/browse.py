@@ -40,6 +40,16 @@ _KEYS: Final = {
 }
 
 
+def sort_key(order: str, paper: PaperSnapshot, inbound: int | None) -> list:
+    """A listed paper's place in `order`: the values _KEYS compares after it, in that order (its cursor
+    carries them; app.cursors.decode_browse reads them back)."""
+    if order == "ARXIV_ID":
+        return [paper.arxiv_id]
+    if order == "SUBMITTED_AT":
+        return [paper.submitted_at.isoformat(), paper.arxiv_id]
+    return [inbound, paper.arxiv_id]
+
+
 # The instant from which the kept totals (migration 0011) are every paper's inbound total.
 _TOTALS_EXACT: Final = ("$AS >= coalesce((SELECT max(counted_until) FROM paper_inbound_totals), "
                         "'-infinity'::timestamptz)")
