@@ -243,6 +243,10 @@ def cmd_synth(args: argparse.Namespace, settings: Settings) -> int:
     if args.papers < 1:
         print("error: --papers must be at least 1", file=sys.stderr)
         return 2
+    if args.hub_citations < 0 or (args.hub_citations and args.papers < 2):
+        print("error: --hub-citations must be 0 or more, with at least 2 --papers (the hub is the first paper, "
+              "cited by the papers after it)", file=sys.stderr)
+        return 2
     dsn = _database_url(settings)
     asyncio.run(_migrate(dsn))
 
@@ -256,7 +260,7 @@ def cmd_synth(args: argparse.Namespace, settings: Settings) -> int:
                       "database, or --append to add the synthetic graph's facts beside what is there (facts that "
                       "contradict stored ones are refused)", file=sys.stderr)
                 return 2
-            result = await write_synthetic(conn, args.papers, args.seed)
+            result = await write_synthetic(conn, args.papers, args.seed, hub_citations=args.hub_citations)
         finally:
             await conn.close()
         print(f"synth: {result.papers} papers, {result.observations:,} observations, {result.rows:,} rows in "
@@ -459,6 +463,9 @@ def build_parser() -> argparse.ArgumentParser:
     synth = sub.add_parser("synth", help="generate a deterministic synthetic citation graph into the database")
     synth.add_argument("--papers", type=int, required=True)
     synth.add_argument("--seed", type=int, default=1)
+    synth.add_argument("--hub-citations", type=int, default=0, metavar="N",
+                       help="make the first paper a hub: later papers cite it N more times in all (arXiv's most "
+                            "cited papers have 100,000 and more)")
     synth.add_argument("--ndjson", metavar="PATH", help="then also write every record as ndjson to PATH")
     synth.add_argument("--append", action="store_true",
                        help="write into a database that holds data (the synthetic facts are added beside it)")

@@ -103,13 +103,16 @@ async def create_database(admin_url: str, prefix: str = "pith_test") -> str:
     return url
 
 
-async def synthetic_database(admin_url: str, prefix: str, papers: int, seed: int) -> str:
-    """A new database holding `pith-graph synth --papers N --seed S`, written through the command line."""
+async def synthetic_database(admin_url: str, prefix: str, papers: int, seed: int, hub_citations: int = 0) -> str:
+    """A new database holding `pith-graph synth --papers N --seed S [--hub-citations H]`, written through
+    the command line."""
     import subprocess
     import sys
 
     url = await create_database(admin_url, prefix)
-    done = subprocess.run([sys.executable, "-m", "app.cli", "synth", "--papers", str(papers), "--seed", str(seed)],
+    hub = ["--hub-citations", str(hub_citations)] if hub_citations else []
+    done = subprocess.run([sys.executable, "-m", "app.cli", "synth", "--papers", str(papers), "--seed", str(seed),
+                           *hub],
                           env={**os.environ, "DATABASE_URL": url}, capture_output=True, timeout=900)
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     return url

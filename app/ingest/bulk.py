@@ -71,7 +71,7 @@ class Progress:
 
 
 async def write_synthetic(conn: asyncpg.Connection, papers: int, seed: int,
-                          progress: IO[str] | None = sys.stderr) -> BulkResult:
+                          progress: IO[str] | None = sys.stderr, hub_citations: int = 0) -> BulkResult:
     """Generate and load a synthetic graph in one transaction."""
     started = time.monotonic()
     timings = {"generate": 0.0, "copy": 0.0, "merge": 0.0, "index": 0.0}
@@ -80,9 +80,10 @@ async def write_synthetic(conn: asyncpg.Connection, papers: int, seed: int,
     async with conn.transaction():
         await conn.execute("SET LOCAL synchronous_commit = off; SET LOCAL maintenance_work_mem = '512MB';"
                            " SET LOCAL work_mem = '256MB'")
-        loader = Loader(conn, f"synth --papers {papers} --seed {seed}", check_conflicts=False)
+        hub = f" --hub-citations {hub_citations}" if hub_citations else ""
+        loader = Loader(conn, f"synth --papers {papers} --seed {seed}{hub}", check_conflicts=False)
         await loader.start()
-        batches = generate(papers, seed)
+        batches = generate(papers, seed, hub_citations=hub_citations)
         while True:
             t0 = time.monotonic()
             batch = next(batches, None)

@@ -9,6 +9,11 @@ link. A small share of works carry corrections, expressions of concern and retra
 standing sources check works at different times, two or three measurement sources count citations,
 and papers have one to three snapshots over time. The same --papers and --seed give the same rows.
 
+`hub_citations` (--hub-citations N) makes the first paper a hub of arXiv's shape: besides what the
+copying model gives it, later papers cite it N times in all, spread evenly over them in id order (a
+paper cites it more than once only when N exceeds the papers after it), each an extra reference at the
+end of the citing paper's bibliography, verified exact. Without it the rows are as before.
+
 Every source is named synthetic_* (loaders.rows.SYNTHETIC_PREFIX), so receipts, records and /evidence
 say the data are generated; every event is written with its source's receipt at that instant (the
 rule the database keeps for every writer, migration 0009).
@@ -84,9 +89,18 @@ def _at(rng: random.Random, after: datetime | None = None) -> datetime:
     return base + timedelta(seconds=rng.randrange(max(span, 60)), microseconds=rng.randrange(1, 1_000_000))
 
 
-def generate(papers: int, seed: int, batch_papers: int = 2000) -> Iterator[Batch]:
-    """Yield the graph's rows in batches of about batch_papers papers."""
+def hub_references(i: int, papers: int, hub_citations: int) -> int:
+    """How many extra references to the hub paper i (1 .. papers-1) makes: N in all, evenly spread."""
+    if i < 1 or papers < 2:
+        return 0
+    return i * hub_citations // (papers - 1) - (i - 1) * hub_citations // (papers - 1)
+
+
+def generate(papers: int, seed: int, batch_papers: int = 2000, hub_citations: int = 0) -> Iterator[Batch]:
+    """Yield the graph's rows in batches of about batch_papers papers (with `hub_citations` extra
+    citations of the first paper, see the module's note)."""
     rng = random.Random(seed)
+    hub_rng = random.Random(f"hub:{seed}")  # its own stream: the rest of the graph is the same with or without
     ids = arxiv_ids(papers)
     statuses = [s for s, _ in STATUS_WEIGHTS]
     cumulative = list(itertools.accumulate(w for _, w in STATUS_WEIGHTS))
@@ -182,6 +196,14 @@ def generate(papers: int, seed: int, batch_papers: int = 2000) -> Iterator[Batch
                 batch.resolutions.append((oid, observed, "unresolved", None))
             batch.resolutions.append((oid, resolved, status, None if status in ("unresolved", "parse_uncertain")
                                       else RESOLVERS["arxiv" if cited else "external"]))
+        last = index
+        for extra in range(1, hub_references(i, papers, hub_citations) + 1):
+            oid = _uuid(hub_rng)
+            observed = parsed + timedelta(microseconds=hub_rng.randrange(1, 5_000_000))
+            batch.observations.append((oid, arxiv_id, last + extra, CITATION_SOURCE, observed, ids[0], pith_work[0],
+                                       None, None))
+            batch.resolutions.append((oid, observed + timedelta(seconds=hub_rng.randrange(1, 600)), "verified_exact",
+                                      RESOLVERS["arxiv"]))
         if (i + 1) % batch_papers == 0:
             yield batch
             batch = Batch()
