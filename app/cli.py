@@ -510,7 +510,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    settings = Settings.from_env()
+    try:
+        settings = Settings.from_env()
+    except ValueError as exc:  # a setting that cannot work: say which and why before doing anything
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     overrides = {
         "database_url": getattr(args, "database_url", None),
         "data_dir": getattr(args, "data_dir", None),

@@ -25,6 +25,9 @@ METHODS = ("GET", "POST")
 
 class Cors(CORSMiddleware):
     def __init__(self, app: ASGIApp, origins: Collection[str] = (), headers: Collection[str] = ()) -> None:
+        from app.settings import normalize_origin
+
+        origins = tuple(dict.fromkeys(normalize_origin(origin) for origin in origins))
         super().__init__(app, allow_origins=list(origins), allow_methods=list(METHODS),
                          allow_headers=[*DEFAULT_HEADERS, *(h.lower() for h in headers)],
                          expose_headers=list(EXPOSED_HEADERS), max_age=600)
@@ -42,12 +45,23 @@ class Cors(CORSMiddleware):
             return
         await super().__call__(scope, receive, send)
 
+    def is_allowed_origin(self, origin: str) -> bool:
+        """As Starlette decides, for the origin in the form the configured ones were normalized to (a
+        client other than a browser may send `HTTP://Host:80`)."""
+        from app.settings import normalize_origin
+
+        try:
+            origin = normalize_origin(origin) if origin != "null" else origin
+        except ValueError:
+            return False
+        return super().is_allowed_origin(origin)
+
     def preflight_response(self, request_headers: Headers) -> Response:
         from app.http import transport_error
 
         answer = super().preflight_response(request_headers)
-        if answer.status_code < 400:
-            return Response(status_code=204, headers=dict(answer.headers))
+        if answer.status_code < 400:  # Starlette's own answer, as it is (200, "OK")
+            return answer
         reasons = []
         origin = request_headers["origin"]
         if not self.is_allowed_origin(origin):

@@ -78,7 +78,7 @@ class Settings:
             pool_min=int(env.get("PITH_POOL_MIN", base.pool_min)),
             pool_max=int(env.get("PITH_POOL_MAX", base.pool_max)),
             statement_timeout_ms=int(env.get("PITH_STATEMENT_TIMEOUT_MS", base.statement_timeout_ms)),
-            cors_origins=_split(env.get("PITH_CORS_ORIGINS", "")),
+            cors_origins=cors_origins(env.get("PITH_CORS_ORIGINS", "")),
             cors_headers=_split(env.get("PITH_CORS_HEADERS", "")),
             log_format=env.get("PITH_LOG_FORMAT", base.log_format),
             introspection=_switch(env, "PITH_INTROSPECTION", env.get("PITH_ENV", "") != "production"),
@@ -100,6 +100,41 @@ class Settings:
             websockets_per_client=int(env.get("PITH_WEBSOCKETS_PER_CLIENT", base.websockets_per_client)),
             subscriptions_per_client=int(env.get("PITH_SUBSCRIPTIONS_PER_CLIENT", base.subscriptions_per_client)),
         )
+
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def normalize_origin(origin: str) -> str:
+    """An origin as browsers send it in `Origin`: scheme and host in lower case, no default port, no
+    trailing slash. What is not an origin raises ValueError saying the form to give."""
+    from urllib.parse import urlsplit
+
+    text = origin.strip()
+    if text == "*":
+        return text
+    form = "give scheme://host[:port], e.g. http://localhost:5173 or https://app.example.org"
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"PITH_CORS_ORIGINS: {origin!r} is not an origin ({form})") from None
+    scheme = parts.scheme.lower()
+    if scheme not in DEFAULT_PORTS or not parts.hostname:
+        raise ValueError(f"PITH_CORS_ORIGINS: {origin!r} is not an origin: it needs http:// or https:// and a "
+                         f"host ({form})")
+    if parts.path not in ("", "/") or parts.query or parts.fragment or parts.username or parts.password:
+        raise ValueError(f"PITH_CORS_ORIGINS: {origin!r} is not an origin: an origin has no path, query or user "
+                         f"({form}; browsers send no more)")
+    host = parts.hostname.lower()
+    if ":" in host:  # an IPv6 address keeps its brackets
+        host = f"[{host}]"
+    return f"{scheme}://{host}" + (f":{port}" if port is not None and port != DEFAULT_PORTS[scheme] else "")
+
+
+def cors_origins(value: str) -> tuple[str, ...]:
+    """PITH_CORS_ORIGINS: comma-separated origins, each normalized (normalize_origin), duplicates dropped."""
+    return tuple(dict.fromkeys(normalize_origin(part) for part in _split(value)))
 
 
 def _switch(env: dict[str, str], name: str, default: bool) -> bool:

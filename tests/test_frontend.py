@@ -69,7 +69,7 @@ def test_a_subscription_with_urqls_accept_streams_with_lines_ended_by_lf(live):
 def test_a_preflight_for_each_header_clients_send_passes(app_server, header):
     response = httpx.options(app_server.base + "/graphql", headers={
         "origin": APP, "access-control-request-method": "POST", "access-control-request-headers": header})
-    assert response.status_code == 204, response.text
+    assert response.status_code == 200, response.text  # Starlette's own answer
     assert response.headers["access-control-allow-origin"] == APP
     assert header in response.headers["access-control-allow-headers"].lower().split(", ")
 
@@ -79,7 +79,7 @@ def test_a_preflight_with_all_of_apollos_headers_at_once_passes(app_server):
         "origin": APP, "access-control-request-method": "POST",
         "access-control-request-headers": "content-type,apollographql-client-name,apollographql-client-version,"
                                           "x-apollo-operation-name,apollo-require-preflight,authorization,traceparent"})
-    assert response.status_code == 204, response.text
+    assert response.status_code == 200, response.text
 
 
 def test_a_refused_preflight_says_why_in_graphql_shape(app_server):
@@ -162,3 +162,86 @@ def test_a_bad_cursor_nulls_the_connection_not_the_paper(live):
     search = httpx.post(live.base + "/graphql", json={"query": """{ searchPapers(query: "x", after: "bad") { nodes { id } }
       paper(arxivId: "2402.15627") { title } }"""}).json()
     assert search["data"]["searchPapers"] is None and search["data"]["paper"]["title"]
+
+
+def _exchange(sock, request: bytes) -> tuple[bytes, dict[str, str], bytes]:
+    """One HTTP/1.1 exchange on an open socket: status line, headers, and exactly Content-Length bytes."""
+    sock.sendall(request)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, f"the server closed the connection: {data!r}"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    status, *lines = head.split(b"\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (line.decode().partition(":") for line in lines)}
+    length = int(headers.get("content-length", "0"))
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        assert chunk, "the server closed the connection before the body it announced"
+        body += chunk
+    assert len(body) == length, (headers, body)
+    return status, headers, body
+
+
+def test_an_allowed_preflight_is_well_formed_and_keeps_the_connection_alive(database_url):
+    """Over a real socket: an allowed preflight's body is as long as it says, the connection serves the
+    next request, and the server logs no error (the answer once announced 2 bytes and sent none)."""
+    import socket
+
+    # Origins as people write them: trailing slash, upper-case scheme and host, the default port.
+    server = LiveServer(database_url, env={"PITH_CORS_ORIGINS": "HTTP://App.Example:80/, https://other.example"})
+    try:
+        host, port = "127.0.0.1", server.port
+        with socket.create_connection((host, port), timeout=10) as sock:
+            for _ in range(2):
+                status, headers, body = _exchange(sock, (
+                    f"OPTIONS /graphql HTTP/1.1\r\nHost: {host}:{port}\r\nOrigin: {APP}\r\n"
+                    "Access-Control-Request-Method: POST\r\n"
+                    "Access-Control-Request-Headers: content-type, apollographql-client-name\r\n\r\n").encode())
+                assert status.split()[1] == b"200", (status, headers, body)
+                assert headers["access-control-allow-origin"] == APP
+                assert "content-type" in headers["access-control-allow-headers"].lower()
+                assert headers.get("connection", "").lower() != "close"
+            query = json.dumps({"query": QUERY}).encode()
+            status, headers, body = _exchange(sock, (
+                f"POST /graphql HTTP/1.1\r\nHost: {host}:{port}\r\nOrigin: {APP}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(query)}\r\n\r\n").encode() + query)
+            assert status.split()[1] == b"200" and json.loads(body)["data"]["paper"]["title"], body
+            assert headers["access-control-allow-origin"] == APP
+        refused = httpx.options(server.base + "/graphql", headers={
+            "origin": "http://elsewhere.example", "access-control-request-method": "POST"})
+        assert refused.status_code == 403 and len(refused.content) == int(refused.headers["content-length"])
+        assert "http://app.example, https://other.example" in refused.json()["errors"][0]["message"]
+    finally:
+        server.stop()
+    logs = server.logs()
+    for sign in ("Traceback", "RuntimeError", "ASGI callable", "ERROR", "Exception"):
+        assert sign not in logs, logs
+
+
+@pytest.mark.parametrize(("given", "origins"), [
+    ("http://localhost:5173/", ("http://localhost:5173",)),
+    ("HTTPS://App.Example.org:443, http://App.example.org:8080", ("https://app.example.org",
+                                                                  "http://app.example.org:8080")),
+    ("http://[::1]:3000, http://[::1]:3000/", ("http://[::1]:3000",)),
+    ("*", ("*",)),
+])
+def test_cors_origins_are_normalized_as_browsers_send_them(given, origins):
+    from app.settings import Settings
+
+    assert Settings.from_env({"PITH_CORS_ORIGINS": given}).cors_origins == origins
+
+
+@pytest.mark.parametrize("given", ["localhost:5173", "http://app.example/path", "ftp://app.example",
+                                   "http://app.example:99999", "http://user@app.example", "https://"])
+def test_a_cors_origin_that_is_not_one_stops_the_start_with_the_form_to_give(given, database_url):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "app.cli", "serve", "--port", "1"], capture_output=True,
+                          text=True, timeout=60, env={**__import__("os").environ, "DATABASE_URL": database_url,
+                                                      "PITH_CORS_ORIGINS": f"http://ok.example, {given}"})
+    assert done.returncode == 2, done
+    assert "PITH_CORS_ORIGINS" in done.stderr and repr(given) in done.stderr and "scheme://host" in done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
