@@ -50,8 +50,9 @@ access = logging.getLogger("pith.access")
 class RequestIdMiddleware:
     """Give every request an id (or keep a sane X-Request-ID), put it in logs and on the response."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, traced: bool = False) -> None:
         self.app = app
+        self.traced = traced  # inside OpenTelemetry's server span: its ids go on the access line
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -60,6 +61,12 @@ class RequestIdMiddleware:
         given = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
         rid = given if given and len(given) <= 64 and given.replace("-", "").isalnum() else os.urandom(16).hex()
         token = request_id.set(rid)
+        if self.traced:
+            from app.tracing import current_span_ids
+
+            span_ids = current_span_ids(rid)
+        else:
+            span_ids = {}
         if scope["type"] == "websocket":  # every operation of the connection carries its id
             try:
                 await self.app(scope, receive, send)
@@ -76,7 +83,7 @@ class RequestIdMiddleware:
         started = time.monotonic()
         status = 0
         sent = 0
-        facts: dict[str, Any] = {}
+        facts: dict[str, Any] = dict(span_ids)
         facts_token = request_facts.set(facts)
 
         async def send_logged(message: dict) -> None:
@@ -567,7 +574,7 @@ def create_app(settings: Settings | None = None, dsn: str | None = None, *,
         Route("/readyz", state.readyz),
         *web_routes.routes(state),
     ]
-    middleware = [Middleware(RequestIdMiddleware)]
+    middleware = [Middleware(RequestIdMiddleware, traced=tracer_provider is not None)]
     if tracer_provider is not None:  # the request's server span encloses everything else
         from app.tracing import tracing_middleware
 

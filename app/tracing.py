@@ -18,7 +18,10 @@ import os
 from typing import Any
 
 ENABLING = ("OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-UNTRACED = "healthz,readyz,metrics,static"  # paths the ASGI middleware does not trace
+# Paths the ASGI middleware does not trace (regular expressions searched in the URL, as
+# OTEL_PYTHON_ASGI_EXCLUDED_URLS takes them; that variable's own entries are added).
+UNTRACED = r"/healthz$,/readyz$,/metrics$,/static/"
+REQUEST_ID_ATTRIBUTE = "pith.request_id"  # on every span of a request: the id its log lines carry
 
 
 def provider_from_env(env: dict[str, str] | None = None) -> Any | None:
@@ -50,6 +53,47 @@ def provider_from_env(env: dict[str, str] | None = None) -> Any | None:
     return provider
 
 
+def excluded_urls(env: dict[str, str] | None = None) -> Any:
+    """What the ASGI middleware leaves untraced, as the ExcludeList it takes (every release of the
+    [otel] extra's range takes that; only recent ones also parse a string themselves)."""
+    from opentelemetry.util.http import parse_excluded_urls
+
+    env = os.environ if env is None else env
+    extra = env.get("OTEL_PYTHON_ASGI_EXCLUDED_URLS") or env.get("OTEL_PYTHON_EXCLUDED_URLS") or ""
+    return parse_excluded_urls(",".join(part for part in (UNTRACED, extra) if part))
+
+
+def label_spans(provider: Any) -> None:
+    """Every span started inside a request carries the request's id (the server span gets it as the
+    request id is chosen, app.main.RequestIdMiddleware)."""
+    if getattr(provider, "_pith_labelled", False) or not hasattr(provider, "add_span_processor"):
+        return
+    from opentelemetry.sdk.trace import SpanProcessor
+
+    from app.logs import request_id
+
+    class RequestIdSpans(SpanProcessor):
+        def on_start(self, span: Any, parent_context: Any = None) -> None:
+            rid = request_id.get()
+            if rid != "-":
+                span.set_attribute(REQUEST_ID_ATTRIBUTE, rid)
+
+    provider.add_span_processor(RequestIdSpans())
+    provider._pith_labelled = True
+
+
+def current_span_ids(rid: str) -> dict[str, str]:
+    """The trace and span ids of the request's server span (for its log lines), which gets `rid`."""
+    from opentelemetry import trace
+
+    span = trace.get_current_span()
+    context = span.get_span_context()
+    if not context.is_valid:
+        return {}
+    span.set_attribute(REQUEST_ID_ATTRIBUTE, rid)
+    return {"trace_id": format(context.trace_id, "032x"), "span_id": format(context.span_id, "016x")}
+
+
 def tracing_middleware(provider: Any) -> Any:
     """Starlette middleware for a server span per request; statements traced (asyncpg instrumented)."""
     from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
@@ -60,7 +104,8 @@ def tracing_middleware(provider: Any) -> Any:
     if instrumentor.is_instrumented_by_opentelemetry:
         instrumentor.uninstrument()  # a new provider (tests build several apps): statements go to it
     instrumentor.instrument(tracer_provider=provider)
-    return Middleware(OpenTelemetryMiddleware, tracer_provider=provider, excluded_urls=UNTRACED)
+    label_spans(provider)
+    return Middleware(OpenTelemetryMiddleware, tracer_provider=provider, excluded_urls=excluded_urls())
 
 
 def graphql_spans(provider: Any) -> Any:

@@ -290,7 +290,8 @@ def free_port() -> int:
 class LiveServer:
     """`pith-graph serve` in a subprocess, on a free port of 127.0.0.1."""
 
-    def __init__(self, database_url: str, env: dict[str, str] | None = None, expect_5xx: bool = False) -> None:
+    def __init__(self, database_url: str, env: dict[str, str] | None = None, expect_5xx: bool = False,
+                 stdout: bool = False) -> None:
         import subprocess
         import sys
 
@@ -303,7 +304,7 @@ class LiveServer:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "app.cli", "serve", "--port", str(self.port)],
             env={**os.environ, "DATABASE_URL": database_url, **(env or {})},
-            stdout=subprocess.DEVNULL, stderr=self.log,
+            stdout=self.log if stdout else subprocess.DEVNULL, stderr=self.log,
         )
         import time
 

@@ -182,3 +182,38 @@ async def test_a_trace_has_the_request_its_operation_stages_and_each_statement(d
     assert server[0].name in set(ancestors(execution))
 
 
+
+
+def test_console_traces_over_http_link_access_lines_and_spans_by_ids(database_url):
+    """`[otel]` with OTEL_TRACES_EXPORTER=console, as an operator turns it on: every request answers, its
+    access line names its trace and server span, and every span of the request carries its request id."""
+    pytest.importorskip("opentelemetry.sdk")
+    server = LiveServer(database_url, stdout=True, env={
+        "OTEL_TRACES_EXPORTER": "console", "OTEL_BSP_SCHEDULE_DELAY": "50", "PITH_LOG_FORMAT": "json"})
+    rid = "trace-probe-0001"
+    try:
+        assert httpx.get(server.base + "/healthz", timeout=10).status_code == 200
+        response = httpx.post(server.base + "/graphql", json=PROBE, headers={"x-request-id": rid}, timeout=10)
+        assert response.status_code == 200 and "errors" not in response.json(), response.text
+        page = httpx.get(server.base + "/paper/2402.15627", timeout=10)
+        assert page.status_code == 200
+    finally:
+        server.stop()  # the batch processor exports what is left as the process exits
+    logs = server.logs()
+    access = [json.loads(line) for line in logs.splitlines() if line.startswith('{"time"')]
+    probe = next(e for e in access if e["logger"] == "pith.access" and e["request_id"] == rid)
+    assert re.fullmatch(r"[0-9a-f]{32}", probe["trace_id"]) and re.fullmatch(r"[0-9a-f]{16}", probe["span_id"])
+    health = next(e for e in access if e["logger"] == "pith.access" and e["path"] == "/healthz")
+    assert health["status"] == 200 and "trace_id" not in health  # probes are not traced
+    # The console exporter writes each span as an indented JSON object.
+    spans = [json.loads(m.group(0)) for m in re.finditer(r'^\{\n    "name".*?^\}$', logs, re.S | re.M)]
+    mine = [s for s in spans if s["context"]["trace_id"] == "0x" + probe["trace_id"]]
+    assert mine, [s["name"] for s in spans]
+    assert all(s["attributes"].get("pith.request_id") == rid for s in mine), [(s["name"], s["attributes"]) for s in mine]
+    server_span = next(s for s in mine if s["kind"] == "SpanKind.SERVER" and s["parent_id"] is None)
+    assert server_span["context"]["span_id"] == "0x" + probe["span_id"]
+    assert any(s["attributes"].get("db.system") == "postgresql" for s in mine)
+    assert {"GraphQL Parsing", "GraphQL Execution"} <= {s["name"] for s in mine}
+    assert not any("/healthz" in s["name"] for s in spans)
+    page_line = next(e for e in access if e["logger"] == "pith.access" and e["path"] == "/paper/2402.15627")
+    assert any(s["context"]["trace_id"] == "0x" + page_line["trace_id"] for s in spans)
