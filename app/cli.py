@@ -196,11 +196,11 @@ async def _import(dsn: str, source: str, at: datetime, paths: list[str], partial
 
 
 def cmd_export(args: argparse.Namespace, settings: Settings) -> int:
-    from app.timeparse import BadInput, parse_arxiv_id, parse_as_of, now_as_of
+    from app.timeparse import BadInput, answered_as_of, now_as_of, parse_arxiv_id
 
     try:
         arxiv_id = parse_arxiv_id(args.arxiv_id)
-        as_of = parse_as_of(args.as_of) if args.as_of else now_as_of()
+        as_of = answered_as_of(args.as_of or None, now_as_of())
     except BadInput as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -275,10 +275,10 @@ def cmd_synth(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_dump(args: argparse.Namespace, settings: Settings) -> int:
-    from app.timeparse import BadInput, now_as_of, parse_as_of
+    from app.timeparse import BadInput, answered_as_of, now_as_of
 
     try:
-        as_of = parse_as_of(args.as_of) if args.as_of else now_as_of()
+        as_of = answered_as_of(args.as_of or None, now_as_of())
     except BadInput as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -310,10 +310,10 @@ async def _dump(dsn: str, path: str, as_of: datetime) -> int:
 
 
 def cmd_graph_export(args: argparse.Namespace, settings: Settings) -> int:
-    from app.timeparse import BadInput, now_as_of, parse_arxiv_id, parse_as_of
+    from app.timeparse import BadInput, answered_as_of, now_as_of, parse_arxiv_id
 
     try:
-        as_of = parse_as_of(args.as_of) if args.as_of else now_as_of()
+        as_of = answered_as_of(args.as_of or None, now_as_of())
         root = parse_arxiv_id(args.root) if args.root else None
     except BadInput as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -414,6 +414,10 @@ async def _keys(dsn: str, args: argparse.Namespace) -> int:
     return 0
 
 
+AS_OF_HELP = ("an instant with a time zone, e.g. 2026-08-05T04:52:00Z, or a date, 2026-08-05 (its midnight UTC); "
+              "default and anything later than now: now")
+
+
 def build_parser() -> argparse.ArgumentParser:
     # The options every command shares work before the command and after it (`pith-graph serve
     # --data-dir X`); SUPPRESS keeps a subcommand from overwriting what was given before it.
@@ -456,7 +460,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     export = sub.add_parser("export", help="write a paper's canonical v1 record to standard output")
     export.add_argument("arxiv_id")
-    export.add_argument("--as-of", help="UTC instant, e.g. 2026-08-05T04:52:00Z (default: now)")
+    export.add_argument("--as-of", help=AS_OF_HELP)
     export.add_argument("--uncapped", action="store_true", help="itemize every observation (caps raised to fit)")
     export.set_defaults(func=cmd_export)
 
@@ -473,7 +477,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     dump = sub.add_parser("dump", help="write every paper's uncapped v1 record as ndjson (- for standard output)")
     dump.add_argument("path", metavar="PATH")
-    dump.add_argument("--as-of", help="UTC instant (default: now)")
+    dump.add_argument("--as-of", help=AS_OF_HELP)
     dump.set_defaults(func=cmd_dump)
 
     graph = sub.add_parser("graph-export", help=(
@@ -483,7 +487,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "edges.parquet (pip install 'pith-graph[parquet]')")
     graph.add_argument("--output", "-o", default="-",
                        help="file (a folder for parquet); - for standard output (not for parquet)")
-    graph.add_argument("--as-of", help="UTC instant (default: now)")
+    graph.add_argument("--as-of", help=AS_OF_HELP)
     graph.add_argument("--root", metavar="ARXIV_ID", help="only the papers within --depth hops of this paper")
     graph.add_argument("--direction", choices=("inbound", "outbound", "both"), default="inbound",
                        help="with --root: follow citing papers, cited papers or both (default inbound)")

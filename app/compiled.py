@@ -316,7 +316,11 @@ async def run(compiled: Compiled, executor: Any) -> dict[str, Any] | None:
     session = getattr(context, "session", None)
     if session is None or session.statements:
         return None
-    given = arguments(compiled, executor.schema, executor.variable_values, context.instant)
+    def instant(as_of: Any) -> tuple[Any, bool]:  # as the resolvers decide (app.context.Context)
+        at = context.instant(as_of)
+        return at, context.pinned(at)
+
+    given = arguments(compiled, executor.schema, executor.variable_values, instant)
     if given is None:
         return None
     return answer(compiled, await session.fetch(compiled.sql, *given[0]), given[1])
@@ -325,7 +329,8 @@ async def run(compiled: Compiled, executor: Any) -> dict[str, Any] | None:
 def arguments(compiled: Compiled, schema: Any, variable_values: Any,
               instant: Callable[[Any], Any]) -> tuple[list[Any], list[bool]] | None:
     """The statement's parameters and, per page, whether `after` was given; None when an argument is one
-    the ordinary path refuses (it then answers, with the schema's own error)."""
+    the ordinary path refuses (it then answers, with the schema's own error). `instant` gives the instant
+    an asOf is answered as of and whether the answer is pinned (app.timeparse.answered_as_of, is_pinned)."""
     from app import cursors
     from app.errors import UserInputError
     from app.timeparse import BadInput, parse_arxiv_id
@@ -336,10 +341,10 @@ def arguments(compiled: Compiled, schema: Any, variable_values: Any,
         return None
     try:
         arxiv_id = parse_arxiv_id(values["arxivId"])
-        at = instant(values.get("asOf"))
+        at, pinned = instant(values.get("asOf"))
     except (BadInput, UserInputError, KeyError, TypeError):
         return None
-    args: list[Any] = [arxiv_id, at, pin_suffix(at if values.get("asOf") is not None else None)]
+    args: list[Any] = [arxiv_id, at, pin_suffix(at if pinned else None)]
     afters: list[bool] = []
     paper_type = schema.get_type("Paper")
     for page in compiled.pages:

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from app.db.pool import Session
-from app.timeparse import BadInput, now_as_of, parse_as_of
+from app.timeparse import BadInput, answered_as_of, is_pinned, now_as_of
 from loaders.dataloaders import Loaders
 
 
@@ -51,15 +51,18 @@ class Context:
         self.restart_deadline()
 
     def instant(self, as_of: object | None) -> datetime:
-        """The instant a root field asks for; every field below it uses the same one."""
-        if as_of is None:
-            return self.now
+        """The instant a root field is answered as of (app.timeparse.answered_as_of: none, or one after the
+        server's clock, is now); every field below it uses the same one."""
         try:
-            return parse_as_of(as_of)  # type: ignore[arg-type]
+            return answered_as_of(as_of, self.now)  # type: ignore[arg-type]
         except BadInput as exc:
             from app.errors import UserInputError
 
             raise UserInputError(f"asOf: {exc}") from None
+
+    def pinned(self, at: datetime) -> bool:
+        """Whether an answer as of `at` is fixed (its ids name `at`): app.timeparse.is_pinned."""
+        return is_pinned(at, self.now)
 
     def loaders(self, as_of: datetime) -> Loaders:
         found = self._loaders.get(as_of)

@@ -45,7 +45,7 @@ from app.errors import deadline_error
 from app.pipeline import cost_extension, masked, report, settle
 from app.http import response_media_type
 from app.limits import MAX_TOKENS
-from app.timeparse import now_as_of, parse_as_of
+from app.timeparse import answered_as_of, is_pinned, now_as_of
 
 _ALLOWED_KEYS = frozenset({"query", "variables", "operationName"})
 _MAX_PREPARED = 1024
@@ -196,8 +196,13 @@ class PreparedFastPath:
         if refusal(price) is not None:
             return None
         # The root field asks for its instant once: "now" is read only when no asOf is given.
-        given = arguments(prepared.compiled, schema, coerced,
-                          lambda as_of: now_as_of() if as_of is None else parse_as_of(as_of))
+        now = now_as_of()
+
+        def instant(as_of: Any) -> tuple[Any, bool]:  # the pipeline's rule (app.context.Context.instant)
+            at = answered_as_of(as_of, now)
+            return at, is_pinned(at, now)
+
+        given = arguments(prepared.compiled, schema, coerced, instant)
         if given is None:
             return None
         name = prepared.operation.name.value if prepared.operation.name is not None else None

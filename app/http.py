@@ -20,6 +20,7 @@ from starlette.responses import JSONResponse, Response
 
 from app.limits import RETRY_AFTER_SECONDS
 from app.logs import request_id
+from app.timeparse import BadInput, answered_as_of, is_pinned, now_as_of
 
 GRAPHQL_RESPONSE = "application/graphql-response+json"
 JSON = "application/json"
@@ -271,7 +272,7 @@ def _document(query: str) -> Any:
 def pins_every_instant(query: str, operation_name: str | None, variables: dict[str, Any] | None) -> bool:
     """Whether every root field of the operation to run is pinned to an instant: an asOf (a literal, or a
     variable given a value), or node/nodes with ids that each name an instant (app.types.node)."""
-    from graphql import FieldNode, VariableNode, value_from_ast_untyped
+    from graphql import FieldNode, value_from_ast_untyped
 
     document = _document(query)
     if document is None:
@@ -283,23 +284,28 @@ def pins_every_instant(query: str, operation_name: str | None, variables: dict[s
     roots = [s for s in operations[0].selection_set.selections]
     if not roots or not all(isinstance(s, FieldNode) for s in roots):
         return False
+    now = now_as_of()
     for field in roots:
         if field.name.value == "__typename":
             continue
         if field.name.value in ("node", "nodes"):
-            if not _ids_name_instants(field, variables, value_from_ast_untyped):
+            if not _ids_name_instants(field, variables, value_from_ast_untyped, now):
                 return False
             continue
         value = next((a.value for a in field.arguments or () if a.name.value == "asOf"), None)
         if value is None or value.kind == "null_value":
             return False
-        if isinstance(value, VariableNode) and (variables or {}).get(value.name.value) is None:
+        try:
+            given = value_from_ast_untyped(value, variables or {})
+            # An instant after the server's clock is answered as of now: it changes with the next import.
+            if given is None or not is_pinned(answered_as_of(given, now), now):
+                return False
+        except (BadInput, TypeError, ValueError):  # not an instant: execution reports it
             return False
     return True
 
 
-def _ids_name_instants(field: Any, variables: dict[str, Any] | None, value_of: Any) -> bool:
-    from app.timeparse import BadInput
+def _ids_name_instants(field: Any, variables: dict[str, Any] | None, value_of: Any, now: Any) -> bool:
     from app.types.node import parse_global_id
 
     given = next((a.value for a in field.arguments or () if a.name.value in ("id", "ids")), None)
@@ -311,7 +317,8 @@ def _ids_name_instants(field: Any, variables: dict[str, Any] | None, value_of: A
         return False
     ids = ids if isinstance(ids, list) else [ids]
     try:
-        return bool(ids) and all(parse_global_id(i).pinned is not None for i in ids)
+        instants = [parse_global_id(i).pinned for i in ids]
+        return bool(ids) and all(at is not None and is_pinned(answered_as_of(at, now), now) for at in instants)
     except BadInput:
         return False
 

@@ -618,6 +618,20 @@ def _sse_transport() -> type:
     return LFSSETransport
 
 
+def _multipart_transport() -> type:
+    """Strawberry's multipart subscription transport with its Content-Type well-formed, as the
+    incremental-delivery spec writes parameters (quoted, `; `-separated): Strawberry's own value ends in
+    `,application/json`, a second media type where a header has room for one."""
+    from strawberry.http.streaming import MultipartSubscriptionTransport
+
+    class WellFormedMultipart(MultipartSubscriptionTransport):
+        @property
+        def headers(self) -> dict[str, str]:
+            return {"Content-Type": f'multipart/mixed; boundary="{self.separator}"; subscriptionSpec="1.0"'}
+
+    return WellFormedMultipart
+
+
 class LiveGraphQL(StrawberryGraphQL):
     """Strawberry's own transports for subscriptions: graphql-transport-ws and graphql-ws over WebSocket,
     SSE and multipart over HTTP; keep-alive pings; the WebSocket origin rule follows PITH_CORS_ORIGINS
@@ -630,7 +644,8 @@ class LiveGraphQL(StrawberryGraphQL):
         from strawberry.http.base import BaseView
 
         self.stream_transport_classes_by_protocol = {**BaseView.stream_transport_classes_by_protocol,
-                                                     GRAPHQL_SSE_PROTOCOL: _sse_transport()}
+                                                     GRAPHQL_SSE_PROTOCOL: _sse_transport(),
+                                                     MULTIPART_SUBSCRIPTION_PROTOCOL: _multipart_transport()}
         super().__init__(state.schema, graphql_ide=None, keep_alive=True, keep_alive_interval=15,
                          max_subscriptions_per_connection=MAX_SUBSCRIPTIONS_PER_CONNECTION,
                          allowed_origins=state.settings.cors_origins,

@@ -78,8 +78,8 @@ async def _nodes(info: Info, ids: list, argument: str) -> list[Node | None]:
             raise UserInputError(f"{where}: {exc}", argument=argument) from None
 
     async def one(found: GlobalId) -> Node | None:
-        at = found.pinned or info.context.now
-        pinned = found.pinned is not None
+        at = info.context.instant(found.pinned)
+        pinned = info.context.pinned(at)
         loaders = info.context.loaders(at)
         if found.kind == "Paper":
             paper = await loaders.paper.load(found.key)
@@ -167,7 +167,7 @@ class Query:
     async def paper(self, info: Info, arxiv_id: ArxivIdArg, as_of: AsOfArg = None) -> Paper | None:
         at = info.context.instant(as_of)
         found = await info.context.loaders(at).paper.load(_arxiv_id(arxiv_id))
-        return Paper.of(found, at, as_of is not None) if found is not None else None
+        return Paper.of(found, at, info.context.pinned(at)) if found is not None else None
 
     @strawberry.field(description="Up to 100 papers in one call, in request order; null where unknown.")
     async def papers(
@@ -180,7 +180,7 @@ class Query:
         at = info.context.instant(as_of)
         ids = [_arxiv_id(a, "arxivIds") for a in arxiv_ids]
         found = await info.context.loaders(at).paper.load_many(ids)
-        return [Paper.of(p, at, as_of is not None) if p is not None else None for p in found]
+        return [Paper.of(p, at, info.context.pinned(at)) if p is not None else None for p in found]
 
     @strawberry.field(description="One citation observation by id; null when not visible at the instant.")
     async def observation(self, info: Info, id: Annotated[strawberry.ID, strawberry.argument(
@@ -188,9 +188,9 @@ class Query:
                           as_of: AsOfArg = None) -> CitationObservation | None:
         key, named = _observation_key(id)
         # An explicit asOf wins; else the instant the global id names; else now.
-        at = info.context.instant(as_of) if as_of is not None or named is None else named
+        at = info.context.instant(as_of if as_of is not None else named)
         found = await info.context.loaders(at).observation.load(key)
-        return CitationObservation.of(found, at, as_of is not None or named is not None) if found is not None else None
+        return CitationObservation.of(found, at, info.context.pinned(at)) if found is not None else None
 
     @strawberry.field(description=(
         "Any object with a global id (Paper, CitationObservation, Work), as of the instant the id names (an id "
@@ -223,7 +223,7 @@ class Query:
                                  "10.1038/nature12373 (a https://doi.org/ or doi: prefix is fine)", argument="doi")
         at = info.context.instant(as_of)
         found = await info.context.loaders(at).work_by_doi.load(key)
-        return Work.of_snapshot(found, at, as_of is not None) if found is not None else None
+        return Work.of_snapshot(found, at, info.context.pinned(at)) if found is not None else None
 
     @strawberry.field(description="The canonical v1 record of a paper; null when it has no snapshot by asOf.")
     async def citation_record(self, info: Info, arxiv_id: ArxivIdArg, as_of: AsOfArg = None) -> CitationRecord | None:
@@ -254,6 +254,7 @@ class Query:
                                  "to >= from", argument="to")
         paper = _arxiv_id(arxiv_id)
         context = info.context
+        from_, to = context.instant(from_), context.instant(to)  # the future is read as of now
         before, after = await asyncio.gather(context.loaders(from_).record.load(paper),
                                              context.loaders(to).record.load(paper))
         if after is None:
@@ -294,7 +295,7 @@ class Query:
         if not 1 <= per_paper <= 100:
             raise UserInputError(f"perPaper: {per_paper} is out of range; allowed 1 to 100", argument="perPaper")
         at = info.context.instant(as_of)
-        return await _walk(info, _arxiv_id(arxiv_id), direction, depth, per_paper, at, as_of is not None)
+        return await _walk(info, _arxiv_id(arxiv_id), direction, depth, per_paper, at, info.context.pinned(at))
 
     @strawberry.field(description=(
         "Every paper known at the instant, filtered and ordered, page by page (keyset: a page costs the same "
@@ -326,7 +327,7 @@ class Query:
         for p, inbound in page.papers:
             loaders.paper.prime(p.arxiv_id, p)
             edges.append(PaperEdge(cursor=cursors.encode_browse(order, sort_key(order, p, inbound)),
-                                   node=Paper.of(p, at, as_of is not None), inbound_count=inbound))
+                                   node=Paper.of(p, at, info.context.pinned(at)), inbound_count=inbound))
         return PaperConnection(edges=edges, nodes=[e.node for e in edges], page_info=_page_info(edges, page.more, key))
 
     @strawberry.field(description=(
@@ -351,7 +352,7 @@ class Query:
                                   f.event_type.value if f.event_type is not None else None, f.source,
                                   key[0] if key else None)
         edges = [WorkEdge(cursor=cursors.encode_browse("works", [str(w.work_id)]),
-                          node=Work.of_snapshot(w, at, as_of is not None)) for w in page.works]
+                          node=Work.of_snapshot(w, at, info.context.pinned(at))) for w in page.works]
         return WorkConnection(edges=edges, nodes=[e.node for e in edges], page_info=_page_info(edges, page.more, key))
 
     @strawberry.field(description=(
@@ -381,7 +382,7 @@ class Query:
         shown = found[:first]
         for p, _ in shown:
             loaders.paper.prime(p.arxiv_id, p)
-        edges = [SearchEdge(cursor=cursors.encode_search(rank, p.arxiv_id), node=Paper.of(p, at, as_of is not None),
+        edges = [SearchEdge(cursor=cursors.encode_search(rank, p.arxiv_id), node=Paper.of(p, at, info.context.pinned(at)),
                             score=rank)
                  for p, rank in shown]
         return SearchConnection(edges=edges, nodes=[e.node for e in edges],

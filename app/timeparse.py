@@ -9,8 +9,10 @@ NEW_STYLE = re.compile(r"^\d{4}\.\d{4,5}$")
 OLD_STYLE = re.compile(r"^[a-z]+(-[a-z]+)*(\.[A-Z]{2})?/\d{7}$")
 ARXIV_ID_RULE = ("an arXiv identifier without version: new style YYMM.NNNN or YYMM.NNNNN (e.g. 2402.15627) "
                  "or old style archive/YYMMNNN (e.g. hep-th/9901001)")
-AS_OF_RULE = ("an ISO 8601 instant with a time zone, e.g. 2026-08-05T04:52:00Z or 2026-08-05T06:52:00+02:00; "
-              "it is truncated to whole seconds")
+AS_OF_RULE = ("an ISO 8601 instant with a time zone, e.g. 2026-08-05T04:52:00Z or 2026-08-05T06:52:00+02:00 "
+              "(truncated to whole seconds), or a date, e.g. 2026-08-05, meaning its midnight UTC; an instant after "
+              "the server's clock is answered as of now")
+DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
 class BadInput(ValueError):
@@ -28,6 +30,11 @@ def parse_as_of(value: str | datetime) -> datetime:
         parsed = value
     else:
         text = value.strip() if isinstance(value, str) else ""
+        if DATE.match(text):  # a date picker's value: the day's first instant, in UTC
+            try:
+                return datetime.fromisoformat(text).replace(tzinfo=timezone.utc)
+            except ValueError:
+                raise BadInput(f"{value!r} is not a valid date; expected {AS_OF_RULE}") from None
         if not re.match(r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}", text):
             raise BadInput(f"{value!r} is not a valid instant; expected {AS_OF_RULE}")
         try:
@@ -35,7 +42,8 @@ def parse_as_of(value: str | datetime) -> datetime:
         except ValueError:
             raise BadInput(f"{value!r} is not a valid instant; expected {AS_OF_RULE}") from None
     if parsed.tzinfo is None or parsed.utcoffset() is None:
-        raise BadInput(f"{value!r} has no time zone; expected {AS_OF_RULE}")
+        raise BadInput(f"{value!r} has no time zone (a datetime-local value: in a browser, new Date(value)"
+                       f".toISOString() gives the instant it means there); expected {AS_OF_RULE}")
     try:
         return parsed.astimezone(timezone.utc).replace(microsecond=0)
     except OverflowError:
@@ -44,6 +52,22 @@ def parse_as_of(value: str | datetime) -> datetime:
 
 def now_as_of() -> datetime:
     return datetime.now(timezone.utc).replace(microsecond=0)
+
+
+def answered_as_of(given: str | datetime | None, now: datetime) -> datetime:
+    """The instant a read asking for `given` is answered as of: the instant itself when it is before `now`,
+    else now (the future has not happened: reading "as of 2031" reads what is known now)."""
+    if given is None:
+        return now
+    at = parse_as_of(given)
+    return at if at < now else now
+
+
+def is_pinned(at: datetime, now: datetime) -> bool:
+    """Whether an answer as of `at` is fixed (its ids name the instant, HTTP caches may keep it): only an
+    instant before the server's clock. A read as of now, or of an instant clamped to now, changes with the
+    next import."""
+    return at < now
 
 
 def has_surrogate(value: str) -> bool:

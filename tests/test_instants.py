@@ -135,3 +135,81 @@ async def test_a_get_of_nodes_that_name_instants_is_cacheable_and_one_that_names
         assert response.headers["cache-control"].startswith("public") is public, response.headers
     literal = await travel.client.get("/graphql", params={"query": '{ node(id: "%s") { id } }' % feb})
     assert literal.headers["cache-control"].startswith("public")
+
+
+FUTURE = "2099-01-01T00:00:00Z"
+
+
+async def test_an_instant_after_the_servers_clock_is_answered_as_of_now_and_never_cached_as_fixed(travel):
+    import json
+
+    now = await travel.graphql(PAPER, {"id": ROOT})
+    future = await travel.graphql(PAPER, {"id": ROOT, "asOf": FUTURE})
+    assert future == now and decode_token(future["data"]["paper"]["id"]) == f"Paper:{ROOT}", future
+    # The compiled statement (one statement, no directive) answers the same.
+    compiled = """query($id: String!, $asOf: DateTime) { paper(arxivId: $id, asOf: $asOf) { id
+      inbound(first: 4) { edges { node { id citingPaper { id } } } } } }"""
+    travel.statements.clear()
+    fast = await travel.graphql(compiled, {"id": ROOT, "asOf": FUTURE})
+    assert len(travel.statements.counted) == 1
+    assert all("@" not in decode_token(e["node"]["id"]) for e in fast["data"]["paper"]["inbound"]["edges"])
+    assert "@" not in decode_token(fast["data"]["paper"]["id"])
+    for params in ({"query": compiled, "variables": json.dumps({"id": ROOT, "asOf": FUTURE})},
+                   {"query": '{ paper(arxivId: "%s", asOf: "%s") { id } }' % (ROOT, FUTURE)},
+                   {"query": '{ citationRecord(arxivId: "%s", asOf: "%s") { asOf } }' % (ROOT, FUTURE)}):
+        response = await travel.client.get("/graphql", params=params)
+        assert response.status_code == 200 and "errors" not in response.json(), response.text
+        assert response.headers["cache-control"] == "no-cache", (params, response.headers)
+    past = await travel.client.get("/graphql", params={"query": '{ paper(arxivId: "%s", asOf: "%s") { id } }'
+                                                                 % (ROOT, FEB)})
+    assert past.headers["cache-control"].startswith("public, max-age=")
+    # An id naming the future (made by hand: the server writes none) is read as of now, and says so.
+    crafted = encode_token(f"Paper:{ROOT}@{FUTURE}")
+    node = await travel.client.get("/graphql", params={"query": '{ node(id: "%s") { id } }' % crafted})
+    assert node.json()["data"]["node"]["id"] == encode_token(f"Paper:{ROOT}")
+    assert node.headers["cache-control"] == "no-cache"
+    # The record over REST: the same rule.
+    record = await travel.client.get(f"/paper/{ROOT}/citation-record.json", params={"as_of": FUTURE})
+    current = await travel.client.get(f"/paper/{ROOT}/citation-record.json")
+    assert record.status_code == 200 and "86400" not in record.headers["cache-control"]
+    assert record.json()["as_of"] == current.json()["as_of"] != FUTURE
+    pinned = await travel.client.get(f"/paper/{ROOT}/citation-record.json", params={"as_of": FEB})
+    assert pinned.headers["cache-control"] == "public, max-age=86400"
+
+
+async def test_a_date_means_its_midnight_utc_everywhere(travel):
+    midnight = await travel.graphql(PAPER, {"id": ROOT, "asOf": FEB})
+    date = await travel.graphql(PAPER, {"id": ROOT, "asOf": FEB[:10]})
+    assert date == midnight and "errors" not in date
+    literal = await travel.graphql('{ paper(arxivId: "%s", asOf: "%s") { id } }' % (ROOT, FEB[:10]))
+    assert literal["data"]["paper"]["id"] == midnight["data"]["paper"]["id"]
+    record = await travel.client.get(f"/paper/{ROOT}/citation-record.json", params={"as_of": FEB[:10]})
+    assert record.status_code == 200 and record.json()["as_of"] == FEB
+    for bad in ("2026-02-30", "2026-02-01T10:00"):  # no such day; a datetime-local value (no zone)
+        body = await travel.graphql(PAPER, {"id": ROOT, "asOf": bad})
+        message = body["errors"][0]["message"]
+        assert body["errors"][0]["extensions"]["code"] == "BAD_USER_INPUT" and "2026-08-05T04:52:00Z" in message
+        rest = await travel.client.get(f"/paper/{ROOT}/citation-record.json", params={"as_of": bad})
+        assert rest.status_code == 400 and "2026-08-05T04:52:00Z" in rest.text
+    zoneless = (await travel.graphql(PAPER, {"id": ROOT, "asOf": "2026-02-01T10:00:00"}))["errors"][0]["message"]
+    assert "toISOString" in zoneless
+
+
+async def test_the_cli_reads_a_date_and_the_future_as_the_api_does(database_url):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    def export(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "app.cli", "export", "2402.15627", *args], capture_output=True,
+                              text=True, timeout=120, env={**os.environ, "DATABASE_URL": database_url})
+
+    date = export("--as-of", "2026-08-09")
+    assert date.returncode == 0, date.stderr
+    assert json.loads(date.stdout)["as_of"] == "2026-08-09T00:00:00Z"
+    future, now = export("--as-of", FUTURE), export()
+    assert future.returncode == 0 and json.loads(future.stdout)["as_of"] != FUTURE
+    assert json.loads(future.stdout)["context_digest"] == json.loads(now.stdout)["context_digest"]
+    bad = export("--as-of", "2026-08-09T10:00")
+    assert bad.returncode == 2 and "no time zone" in bad.stderr

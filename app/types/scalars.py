@@ -42,7 +42,7 @@ JSON = NewType("JSON", object)
 DATETIME = strawberry.scalar(
     name="DateTime",
     description=("An instant in ISO 8601 with a time zone, e.g. 2026-08-05T04:52:00Z. Results are in UTC with Z; "
-                 "inputs are truncated to whole seconds."),
+                 "inputs are truncated to whole seconds, and a date alone (2026-08-05) means its midnight UTC."),
     specified_by_url="https://scalars.graphql.org/andimarek/date-time.html",
     serialize=_serialize,
     parse_value=_parse,

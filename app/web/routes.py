@@ -20,8 +20,8 @@ from app.cost import PRICES, Price
 from app.errors import deadline_error
 from app.governor import RateLimited, Unauthenticated, rate_limit_headers
 from app.limits import MAX_NEIGHBOURHOOD_PAPERS
-from app.timeparse import (ARXIV_ID_RULE, AS_OF_RULE, BadInput, now_as_of, parse_arxiv_id, parse_as_of,
-                           parse_search_words)
+from app.timeparse import (ARXIV_ID_RULE, AS_OF_RULE, BadInput, answered_as_of, is_pinned, now_as_of,
+                           parse_arxiv_id, parse_search_words)
 from app.web.layout import TEMPLATE_VERSION, page, time_tag
 from app.web.ledger import render_ledger
 from loaders.evidence import evidence
@@ -80,8 +80,9 @@ def error_for(request: Request, status: int, message: str, **extra: Any) -> Resp
 def _arguments(request: Request) -> tuple[str, "datetime", bool]:
     try:
         arxiv_id = parse_arxiv_id(request.path_params["arxiv_id"])
-        raw = request.query_params.get("as_of")
-        return arxiv_id, parse_as_of(raw) if raw is not None else now_as_of(), raw is not None
+        now = now_as_of()
+        at = answered_as_of(request.query_params.get("as_of"), now)
+        return arxiv_id, at, is_pinned(at, now)
     except BadInput as exc:
         raise BadRequest(str(exc)) from None
 
@@ -280,7 +281,7 @@ retracted, with the source and time of every fact. Every record is a canonical, 
     async def evidence_page(request: Request) -> Response:
         raw = request.query_params.get("as_of")
         try:
-            as_of = parse_as_of(raw) if raw is not None else now_as_of()
+            as_of = answered_as_of(raw, now_as_of())
         except BadInput as exc:
             raise BadRequest(str(exc)) from None
         session = app.session()
@@ -317,7 +318,7 @@ retracted, with the source and time of every fact. Every record is a canonical, 
         if format not in export.MEDIA_TYPES:
             raise NotFound(f"no export format {format!r}; use neighbourhood.csv, neighbourhood.graphml or "
                            "neighbourhood.ndjson")
-        arxiv_id, directions, depth, per_paper, as_of = _walk_arguments(request)
+        arxiv_id, directions, depth, per_paper, as_of, pinned = _walk_arguments(request)
         session = app.session()
         try:
             loaders = Loaders(session, as_of)
@@ -348,7 +349,7 @@ retracted, with the source and time of every fact. Every record is a canonical, 
         return StreamingResponse(body(), media_type=export.MEDIA_TYPES[format], headers={
             "Content-Disposition": f'attachment; filename="{name}"',
             "X-Truncated": "true" if found.truncated else "false",
-            "Cache-Control": "public, max-age=86400" if "as_of" in request.query_params else CACHE_RECORD})
+            "Cache-Control": "public, max-age=86400" if pinned else CACHE_RECORD})
 
     return [
         Route("/", handled(home, PRICES["search"])),
@@ -377,8 +378,9 @@ def _bounded(request: Request, name: str, default: int, low: int, high: int) -> 
     return int(text)
 
 
-def _walk_arguments(request: Request) -> tuple[str, tuple[str, ...], int, int, "datetime"]:
-    """arxiv_id, direction, depth, per_paper and as_of of a neighbourhood export, as GraphQL takes them."""
+def _walk_arguments(request: Request) -> tuple[str, tuple[str, ...], int, int, "datetime", bool]:
+    """arxiv_id, direction, depth, per_paper and as_of of a neighbourhood export, as GraphQL takes them, and
+    whether the answer is fixed (app.timeparse.is_pinned)."""
     params = request.query_params
     raw_id = params.get("arxiv_id")
     if raw_id is None:
@@ -393,11 +395,12 @@ def _walk_arguments(request: Request) -> tuple[str, tuple[str, ...], int, int, "
         arxiv_id = parse_arxiv_id(raw_id)
     except BadInput as exc:
         raise BadRequest(f"arxiv_id: {exc}") from None
+    now = now_as_of()
     try:
-        as_of = parse_as_of(raw_as_of) if raw_as_of is not None else now_as_of()
+        as_of = answered_as_of(raw_as_of, now)
     except BadInput as exc:
         raise BadRequest(f"as_of: {exc}") from None
-    return arxiv_id, DIRECTIONS[direction], depth, per_paper, as_of
+    return arxiv_id, DIRECTIONS[direction], depth, per_paper, as_of, is_pinned(as_of, now)
 
 
 def integrity_body(result: dict) -> str:
