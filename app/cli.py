@@ -32,6 +32,41 @@ def _database_url(settings: Settings) -> str:
     return embedded.start(settings.data_dir)
 
 
+class MigrationsBehind(Exception):
+    """The database's schema is older than this release's: every command but migrate and serve refuses it."""
+
+    def __init__(self, missing: list[str]) -> None:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        super().__init__(f"the database's migrations are behind this release ({len(missing)} pending: {shown}); "
+                         "run `pith-graph migrate` first (or start `pith-graph serve`, which applies them); "
+                         "nothing was done")
+        self.missing = missing
+
+
+def _ready_database(settings: Settings) -> str:
+    """The database a command other than migrate and serve works on, refused when its migrations are
+    behind (a command writes nothing into a schema it was not written for). The embedded server is
+    this command's own: it is brought up to date as `serve` would."""
+    dsn = _database_url(settings)
+    if not settings.database_url:
+        asyncio.run(_migrate(dsn))
+        return dsn
+
+    async def behind() -> list[str]:
+        from app.db.migrate import pending
+
+        conn = await connect(dsn)
+        try:
+            return await pending(conn)
+        finally:
+            await conn.close()
+
+    missing = asyncio.run(behind())
+    if missing:
+        raise MigrationsBehind(missing)
+    return dsn
+
+
 async def _migrate(dsn: str) -> list[str]:
     """Apply pending migrations; with none pending, write nothing (a read-only role can serve)."""
     from app.db.migrate import migrate, pending
@@ -155,8 +190,7 @@ def cmd_load(args: argparse.Namespace, settings: Settings) -> int:
     if not paths:
         print("error: name the files to load (PATH..., - for standard input), or --sample", file=sys.stderr)
         return 2
-    dsn = _database_url(settings)
-    asyncio.run(_migrate(dsn))
+    dsn = _ready_database(settings)
     failed = asyncio.run(_load(dsn, paths))
     return 1 if failed else 0
 
@@ -173,8 +207,7 @@ def cmd_import(args: argparse.Namespace, settings: Settings) -> int:
     if args.partial and args.source != "retraction-watch":
         print("error: --partial is for retraction-watch (a file that is not the whole database)", file=sys.stderr)
         return 2
-    dsn = _database_url(settings)
-    asyncio.run(_migrate(dsn))
+    dsn = _ready_database(settings)
     return asyncio.run(_import(dsn, args.source, at, args.paths, args.partial))
 
 
@@ -204,7 +237,7 @@ def cmd_export(args: argparse.Namespace, settings: Settings) -> int:
     except BadInput as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    data = asyncio.run(_export(_database_url(settings), arxiv_id, as_of, args.uncapped))
+    data = asyncio.run(_export(_ready_database(settings), arxiv_id, as_of, args.uncapped))
     if data is None:
         print(f"error: no paper {arxiv_id} as of {as_of.isoformat()}", file=sys.stderr)
         return 1
@@ -247,8 +280,7 @@ def cmd_synth(args: argparse.Namespace, settings: Settings) -> int:
         print("error: --hub-citations must be 0 or more, with at least 2 --papers (the hub is the first paper, "
               "cited by the papers after it)", file=sys.stderr)
         return 2
-    dsn = _database_url(settings)
-    asyncio.run(_migrate(dsn))
+    dsn = _ready_database(settings)
 
     async def run() -> int:
         conn = await connect(dsn, server_settings={"application_name": "pith-graph synth"})
@@ -282,7 +314,7 @@ def cmd_dump(args: argparse.Namespace, settings: Settings) -> int:
     except BadInput as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    count = asyncio.run(_dump(_database_url(settings), args.path, as_of))
+    count = asyncio.run(_dump(_ready_database(settings), args.path, as_of))
     print(f"dump: {count} records as of {as_of.isoformat()} to {args.path}", file=sys.stderr)
     return 0
 
@@ -326,7 +358,7 @@ def cmd_graph_export(args: argparse.Namespace, settings: Settings) -> int:
         return 2
     progress = sys.stderr.isatty() if args.progress is None else args.progress
     try:
-        return asyncio.run(_graph_export(_database_url(settings), args, as_of, root, progress))
+        return asyncio.run(_graph_export(_ready_database(settings), args, as_of, root, progress))
     except BrokenPipeError:
         return 1
 
@@ -376,13 +408,12 @@ async def _graph_export(dsn: str, args: argparse.Namespace, as_of: datetime, roo
 
 def cmd_keys(args: argparse.Namespace, settings: Settings) -> int:
     """API keys: create (prints the secret once, alone on the last line), list, revoke."""
-    return asyncio.run(_keys(_database_url(settings), args))
+    return asyncio.run(_keys(_ready_database(settings), args))
 
 
 async def _keys(dsn: str, args: argparse.Namespace) -> int:
     from app import governor
 
-    await _migrate(dsn)
     conn = await connect(dsn)
     try:
         if args.action == "create":
@@ -435,7 +466,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="migrate, then serve GraphQL, GraphiQL and the HTTP pages")
     serve.add_argument("--host", help="interface to listen on ($PITH_HOST, default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port ($PITH_PORT, default 8000)")
-    serve.add_argument("--workers", type=int, default=int(os.environ.get("PITH_WORKERS", "1")),
+    serve.add_argument("--workers", type=int, default=None,
                        help="worker processes ($PITH_WORKERS, default 1; one per core for throughput)")
     serve.set_defaults(func=cmd_serve)
 
@@ -516,8 +547,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         settings = Settings.from_env()
-    except ValueError as exc:  # a setting that cannot work: say which and why before doing anything
-        print(f"error: {exc}", file=sys.stderr)
+    except ValueError as exc:  # settings that cannot work: say which and why before doing anything
+        for line in str(exc).splitlines():
+            print(f"error: {line}", file=sys.stderr)
+        return 2
+    if getattr(args, "workers", 0) is None:
+        args.workers = int(os.environ.get("PITH_WORKERS") or 1)  # checked by Settings.from_env
+    if getattr(args, "workers", 1) < 1:
+        print(f"error: --workers: {args.workers} is out of range; give a whole number from 1 up", file=sys.stderr)
         return 2
     overrides = {
         "database_url": getattr(args, "database_url", None),
@@ -533,6 +570,9 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("pith.access").setLevel(logging.WARNING)
     try:
         return args.func(args, settings)
+    except MigrationsBehind as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     except asyncpg.InsufficientPrivilegeError as exc:
         print(f"error: the database role may not do this ({exc}); migrations and loads need the owner role "
               "(the API itself can run as a member of pith_reader)", file=sys.stderr)

@@ -66,40 +66,151 @@ class Settings:
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> "Settings":
+        """The settings the environment gives; SettingsError naming every variable that cannot work (each
+        on a line: the variable, the value given, what it accepts), before anything starts."""
         env = dict(os.environ if env is None else env)
         base = cls()
-        return replace(
+        read = _Reader(env)
+        production = read.word("PITH_ENV", ("production", "development"), "development") == "production"
+        settings = replace(
             base,
             database_url=env.get("DATABASE_URL") or None,
             replica_urls=_split(env.get("DATABASE_REPLICA_URLS", "")),
             host=env.get("PITH_HOST", base.host),
-            port=int(env.get("PITH_PORT", base.port)),
+            port=read.integer("PITH_PORT", base.port, 1, 65535),
             data_dir=Path(env["PITH_DATA_DIR"]) if env.get("PITH_DATA_DIR") else base.data_dir,
-            pool_min=int(env.get("PITH_POOL_MIN", base.pool_min)),
-            pool_max=int(env.get("PITH_POOL_MAX", base.pool_max)),
-            statement_timeout_ms=int(env.get("PITH_STATEMENT_TIMEOUT_MS", base.statement_timeout_ms)),
-            cors_origins=cors_origins(env.get("PITH_CORS_ORIGINS", "")),
+            pool_min=read.integer("PITH_POOL_MIN", base.pool_min, 0),
+            pool_max=read.integer("PITH_POOL_MAX", base.pool_max, 1),
+            statement_timeout_ms=read.integer("PITH_STATEMENT_TIMEOUT_MS", base.statement_timeout_ms, 1),
+            cors_origins=read.checked("PITH_CORS_ORIGINS", cors_origins, ()),
             cors_headers=_split(env.get("PITH_CORS_HEADERS", "")),
-            log_format=env.get("PITH_LOG_FORMAT", base.log_format),
-            introspection=_switch(env, "PITH_INTROSPECTION", env.get("PITH_ENV", "") != "production"),
-            graphiql=_switch(env, "PITH_GRAPHIQL", env.get("PITH_ENV", "") != "production"),
-            production=env.get("PITH_ENV", "") == "production",
-            prepared_statements=_switch(env, "PITH_DB_PREPARED_STATEMENTS", True),
+            log_format=read.word("PITH_LOG_FORMAT", ("text", "json"), base.log_format),
+            introspection=read.switch("PITH_INTROSPECTION", not production),
+            graphiql=read.switch("PITH_GRAPHIQL", not production),
+            production=production,
+            prepared_statements=read.switch("PITH_DB_PREPARED_STATEMENTS", True),
             listen_database_url=env.get("PITH_LISTEN_DATABASE_URL") or None,
             metrics_token=env.get("PITH_METRICS_TOKEN") or None,
-            gc_freeze=env.get("PITH_GC_FREEZE", "1") not in ("0", "false", "no"),
-            gc_young_threshold=int(env.get("PITH_GC_YOUNG_THRESHOLD", base.gc_young_threshold)),
+            gc_freeze=read.switch("PITH_GC_FREEZE", True),
+            gc_young_threshold=read.integer("PITH_GC_YOUNG_THRESHOLD", base.gc_young_threshold, 0),
             persisted_documents=env.get("PITH_PERSISTED_DOCUMENTS") or None,
-            persisted_only=env.get("PITH_PERSISTED_ONLY", "") in ("1", "true", "yes"),
-            access_log=env.get("PITH_ACCESS_LOG", "1") not in ("0", "false", "no"),
-            prepared_fast_path=env.get("PITH_PREPARED_FAST_PATH", "1") not in ("0", "false", "no"),
-            request_timeout=float(env.get("PITH_REQUEST_TIMEOUT", DEFAULT_REQUEST_TIMEOUT_SECONDS)) or None,
-            anonymous_points_per_hour=_anonymous_budget(env),
-            trusted_proxies=_split(env.get("PITH_TRUSTED_PROXIES", "")),
-            heavy_slots=int(env.get("PITH_HEAVY_SLOTS", base.heavy_slots)),
-            websockets_per_client=int(env.get("PITH_WEBSOCKETS_PER_CLIENT", base.websockets_per_client)),
-            subscriptions_per_client=int(env.get("PITH_SUBSCRIPTIONS_PER_CLIENT", base.subscriptions_per_client)),
+            persisted_only=read.switch("PITH_PERSISTED_ONLY", False),
+            access_log=read.switch("PITH_ACCESS_LOG", True),
+            prepared_fast_path=read.switch("PITH_PREPARED_FAST_PATH", True),
+            request_timeout=read.seconds("PITH_REQUEST_TIMEOUT", DEFAULT_REQUEST_TIMEOUT_SECONDS) or None,
+            anonymous_points_per_hour=read.integer(
+                "PITH_ANONYMOUS_POINTS_PER_HOUR", DEFAULT_ANONYMOUS_POINTS_PER_HOUR if production else 0, 0) or None,
+            trusted_proxies=read.checked("PITH_TRUSTED_PROXIES", _networks, ()),
+            heavy_slots=read.integer("PITH_HEAVY_SLOTS", base.heavy_slots, 1),
+            websockets_per_client=read.integer("PITH_WEBSOCKETS_PER_CLIENT", base.websockets_per_client, 1),
+            subscriptions_per_client=read.integer("PITH_SUBSCRIPTIONS_PER_CLIENT", base.subscriptions_per_client, 1),
         )
+        read.integer("PITH_WORKERS", 1, 1)  # read by `serve`; checked here with the rest
+        if not read.problems and settings.pool_min > settings.pool_max:
+            read.problems.append(f"PITH_POOL_MIN: {settings.pool_min} is more than PITH_POOL_MAX "
+                                 f"({settings.pool_max}); give a minimum at most the maximum")
+        if read.problems:
+            raise SettingsError(read.problems)
+        return settings
+
+
+class SettingsError(ValueError):
+    """Settings that cannot work: one line per variable, naming it, the value given and what it accepts."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+SWITCH_ON = ("1", "true", "yes", "on")
+SWITCH_OFF = ("0", "false", "no", "off")
+
+
+class _Reader:
+    """Reads variables of one environment, noting each one that cannot be read instead of stopping at it."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+        self.problems: list[str] = []
+
+    def _given(self, name: str) -> str | None:
+        value = self.env.get(name)
+        return None if value is None or not value.strip() else value.strip()
+
+    def integer(self, name: str, default: int, minimum: int, maximum: int | None = None) -> int:
+        given = self._given(name)
+        if given is None:
+            return default
+        allowed = f"a whole number from {minimum}" + (f" to {maximum}" if maximum is not None else " up")
+        try:
+            value = int(given)
+        except ValueError:
+            self.problems.append(f"{name}: {given!r} is not a whole number; give {allowed}")
+            return default
+        if value < minimum or (maximum is not None and value > maximum):
+            self.problems.append(f"{name}: {value} is out of range; give {allowed}")
+            return default
+        return value
+
+    def seconds(self, name: str, default: float) -> float:
+        given = self._given(name)
+        if given is None:
+            return default
+        try:
+            value = float(given)
+        except ValueError:
+            value = -1.0
+        if not value >= 0 or value == float("inf"):
+            self.problems.append(f"{name}: {given!r} is not a number of seconds; give a number such as 10 or 2.5 "
+                                 "(no unit; 0 for none)")
+            return default
+        return value
+
+    def word(self, name: str, choices: tuple[str, ...], default: str) -> str:
+        given = self._given(name)
+        if given is None:
+            return default
+        if given.lower() not in choices:
+            self.problems.append(f"{name}: {given!r} is not one of {', '.join(choices)} (any case)")
+            return default
+        return given.lower()
+
+    def switch(self, name: str, default: bool) -> bool:
+        """On or off: 1, true, yes or on; 0, false, no or off (any case); unset: the default."""
+        given = self._given(name)
+        if given is None:
+            return default
+        if given.lower() in SWITCH_ON:
+            return True
+        if given.lower() in SWITCH_OFF:
+            return False
+        self.problems.append(f"{name}: {given!r} is not on or off; give 1, true, yes or on, or 0, false, no or off "
+                             "(any case)")
+        return default
+
+    def checked(self, name: str, parse, default):  # type: ignore[no-untyped-def]
+        """A value `parse` reads, or raises ValueError saying what is wrong (its message names the variable)."""
+        given = self.env.get(name, "")
+        try:
+            return parse(given)
+        except ValueError as exc:
+            message = str(exc)
+            self.problems.append(message if message.startswith(name) else f"{name}: {message}")
+            return default
+
+
+def _networks(value: str) -> tuple[str, ...]:
+    """PITH_TRUSTED_PROXIES: comma-separated addresses or networks (checked here, parsed by the governor)."""
+    import ipaddress
+
+    parts = _split(value)
+    for part in parts:
+        try:
+            ipaddress.ip_network(part, strict=False)
+        except ValueError:
+            raise ValueError(f"PITH_TRUSTED_PROXIES: {part!r} is not an IP address or network; give addresses or "
+                             "networks such as 10.0.0.0/8, comma-separated") from None
+    return parts
 
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -135,24 +246,6 @@ def normalize_origin(origin: str) -> str:
 def cors_origins(value: str) -> tuple[str, ...]:
     """PITH_CORS_ORIGINS: comma-separated origins, each normalized (normalize_origin), duplicates dropped."""
     return tuple(dict.fromkeys(normalize_origin(part) for part in _split(value)))
-
-
-def _switch(env: dict[str, str], name: str, default: bool) -> bool:
-    """An on/off setting: 0, false, no or off turn it off, 1, true, yes or on turn it on; unset: the default."""
-    given = env.get(name, "").strip().lower()
-    if given in ("0", "false", "no", "off"):
-        return False
-    if given in ("1", "true", "yes", "on"):
-        return True
-    return default
-
-
-def _anonymous_budget(env: dict[str, str]) -> int | None:
-    """PITH_ANONYMOUS_POINTS_PER_HOUR; unset: the default in production, unlimited elsewhere; 0: unlimited."""
-    given = env.get("PITH_ANONYMOUS_POINTS_PER_HOUR")
-    if given is None or not given.strip():
-        return DEFAULT_ANONYMOUS_POINTS_PER_HOUR if env.get("PITH_ENV", "") == "production" else None
-    return int(given) or None
 
 
 def redact_url(url: str | None) -> str:
