@@ -163,6 +163,16 @@ class Query:
         return RateLimit(limit=status.limit, cost=cost, remaining=status.remaining, reset_at=status.reset_at,
                          used=status.used)
 
+    @strawberry.field(description=(
+        "The change-log position this operation read at: every import committed before it is in this answer, "
+        "none after it. Pass it as `after` to citationAdded, standingChanged or recordChanged to receive "
+        "exactly what was committed after this read (across server restarts too, within the log's retention)."))
+    async def change_cursor(self, info: Info) -> str:
+        from app.live import encode_cursor
+        from loaders.live import change_position
+
+        return encode_cursor(await change_position(info.context.session))
+
     @strawberry.field(description="One paper as of an instant; null when it has no snapshot by then.")
     async def paper(self, info: Info, arxiv_id: ArxivIdArg, as_of: AsOfArg = None) -> Paper | None:
         at = info.context.instant(as_of)

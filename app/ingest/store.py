@@ -192,9 +192,13 @@ CHANGE_LOG_LOCK = 7_411_000  # the advisory lock that orders change-log position
 RETENTION_DAYS = int(os.environ.get("PITH_CHANGE_LOG_RETENTION_DAYS", "30"))
 
 # Papers whose record the new facts may change: the paper itself, both ends of a new or re-resolved
-# observation, the papers whose lists show a paper with a new snapshot, those citing (or cited through)
-# a work with new facts, and papers with new measurements. Subscribers compare records before telling.
-_AFFECTED_PAPERS = """
+# observation, the papers whose lists show a paper with a new snapshot, those citing a work with new
+# facts and those it is cited as, and papers with new measurements. Subscribers compare records before
+# telling. A work's new facts (metadata, a standing check, an event) show on every observation linked to it: in
+# the record of the paper citing it, and in that of the paper it is (the cited paper's inbound notices).
+_WORKS_WITH_NEW_FACTS = ("SELECT work_id FROM new_work_snapshots UNION SELECT work_id FROM new_standing_receipts "
+                         "UNION SELECT work_id FROM new_work_events")
+_AFFECTED_PAPERS = f"""
 SELECT arxiv_id FROM new_paper_snapshots
 UNION SELECT cited_arxiv_id FROM new_citation_observations WHERE cited_arxiv_id IS NOT NULL
 UNION SELECT citing_arxiv_id FROM new_citation_observations
@@ -205,8 +209,9 @@ UNION SELECT o.cited_arxiv_id FROM new_paper_snapshots AS p JOIN citation_observ
       ON o.citing_arxiv_id = p.arxiv_id WHERE o.cited_arxiv_id IS NOT NULL
 UNION SELECT o.citing_arxiv_id FROM new_paper_snapshots AS p JOIN citation_observations AS o
       ON o.cited_arxiv_id = p.arxiv_id
-UNION SELECT o.citing_arxiv_id FROM (SELECT work_id FROM new_work_snapshots UNION SELECT work_id FROM
-      new_standing_receipts UNION SELECT work_id FROM new_work_events) AS w JOIN citation_observations AS o USING (work_id)
+UNION SELECT o.citing_arxiv_id FROM ({_WORKS_WITH_NEW_FACTS}) AS w JOIN citation_observations AS o USING (work_id)
+UNION SELECT o.cited_arxiv_id FROM ({_WORKS_WITH_NEW_FACTS}) AS w JOIN citation_observations AS o USING (work_id)
+      WHERE o.cited_arxiv_id IS NOT NULL
 UNION SELECT arxiv_id FROM new_external_measurements
 """
 

@@ -16,11 +16,11 @@ import strawberry
 from graphql import GraphQLError
 from strawberry.types import Info
 
-from app import record
+from app import cursors, record
 from app.live import LiveError, decode_cursor, encode_cursor, replay
 from app.timeparse import BadInput, now_as_of, parse_arxiv_id
 from app.types.enums import WorkEventType
-from app.types.graph import CitationObservation
+from app.types.graph import CitationEdge, CitationObservation
 from app.types.standing import WorkEvent
 
 ArxivIdArg = Annotated[str, strawberry.argument(description="arXiv id without version, e.g. 2402.15627.")]
@@ -34,10 +34,23 @@ class SubscriptionError(GraphQLError):
         super().__init__(message, extensions={"code": code})
 
 
-@strawberry.type(description="A new citing observation of the paper.")
+@strawberry.type(description=(
+    "A new citing observation of the paper, with what a client cache needs to splice it into the paper's "
+    "`inbound` connection (no filter) in place: the edge as that connection lists it, the cursor of the edge "
+    "before it, and the connection's new totalCount. Each holds at the event's change-log position: "
+    "observations logged after it arrive as later events, with their own place and total."))
 class CitationAddedEvent:
     cursor: str = strawberry.field(description="Position in the change log; pass it as `after` to resume.")
     observation: CitationObservation = strawberry.field(description="The observation, as of when the event is sent.")
+    edge: CitationEdge = strawberry.field(description=(
+        "The observation as Paper.inbound lists it: its cursor in inbound order (citing arXiv id, reference "
+        "index, observation id) and the node, as of when the event is sent."))
+    previous_cursor: str | None = strawberry.field(description=(
+        "The cursor of the edge just before this one in inbound order (null: it comes first). Insert the edge "
+        "after the loaded edge with this cursor; when none of the loaded edges has it, the edge belongs past "
+        "the loaded pages (it will come with them): only totalCount changes."))
+    total_count: int = strawberry.field(description=(
+        "Paper.inbound's totalCount (no filter) with this observation, at the event's position."))
 
 
 @strawberry.type(description="A new event (retraction, correction, ...) on a work this paper cites.")
@@ -132,6 +145,27 @@ async def _observation(context: Any, row: Any) -> Any:
     return await context.hub.shared(("observation", row["observation_id"], context.now), read)
 
 
+async def _splice(context: Any, row: Any, found: Any) -> tuple[str | None, int]:
+    """The cursor of the edge before the event's in inbound order, and the connection's totalCount, at the
+    event's position (loaders.live.splice): read once for all who send the event now."""
+    from loaders.dataloaders import CountRequest, Loaders
+    from loaders.live import splice
+
+    async def read() -> tuple[str | None, int]:
+        session = context.app.session()
+        try:
+            key = (found.citing_arxiv_id, found.reference_index, found.observation_id)
+            previous, later = await splice(session, row["arxiv_id"], key, context.now, row["position"])
+            # The total as Paper.inbound { totalCount } counts it (the same loader), less what came later.
+            total = await Loaders(session, context.now).count.load(CountRequest(row["arxiv_id"], "in"))
+        finally:
+            await session.close()
+        cursor = cursors.encode_key(["in", previous[0], previous[1], str(previous[2])]) if previous else None
+        return cursor, total - later
+
+    return await context.hub.shared(("splice", row["position"], context.now), read)
+
+
 async def _in_session(info: Info, rows: AsyncGenerator[Any, None], build) -> AsyncGenerator[Any, None]:
     """Resolve each row in a session of its own, released after the event has been sent."""
     context = info.context
@@ -157,8 +191,11 @@ class Subscription:
             found = await _observation(context, row)
             if found is None:  # not visible (yet): its citing paper has no snapshot
                 return None
-            return CitationAddedEvent(cursor=encode_cursor(row["position"]),
-                                      observation=CitationObservation.of(found, context.now, pinned=False))
+            previous, total = await _splice(context, row, found)
+            node = CitationObservation.of(found, context.now, pinned=False)
+            return CitationAddedEvent(cursor=encode_cursor(row["position"]), observation=node,
+                                      edge=CitationEdge(cursor=cursors.encode("in", found), node=node),
+                                      previous_cursor=previous, total_count=total)
 
         async for event in _in_session(info, _changes(info, "citation_added", _paper(arxiv_id), after), build):
             yield event
