@@ -195,6 +195,37 @@ def cmd_load(args: argparse.Namespace, settings: Settings) -> int:
     return 1 if failed else 0
 
 
+def cmd_sample_citation(args: argparse.Namespace, settings: Settings) -> int:
+    from app.ingest.store import ImportRejected
+    from app.timeparse import BadInput, now_as_of, parse_arxiv_id
+
+    try:
+        cited = parse_arxiv_id(args.arxiv_id)
+        citing = parse_arxiv_id(args.citing) if args.citing else None
+    except BadInput as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    dsn = _ready_database(settings)
+
+    async def run():  # noqa: ANN202
+        from app.ingest.sample_citation import add_sample_citation
+
+        conn = await connect(dsn, server_settings={"application_name": "pith-graph sample-citation"})
+        try:
+            return await add_sample_citation(conn, cited, now_as_of(), citing)
+        finally:
+            await conn.close()
+
+    try:
+        made = asyncio.run(run())
+    except ImportRejected as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"{made.citing} now cites {made.cited} (observation {made.observation_id}); subscribers of "
+          f'citationAdded(arxivId: "{made.cited}") receive it')
+    return 0
+
+
 def cmd_import(args: argparse.Namespace, settings: Settings) -> int:
     from app.ingest.sources import instant
     from app.timeparse import BadInput
@@ -477,6 +508,13 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("--sample", action="store_true",
                       help="also load the bundled sample records (what the embedded server starts with)")
     load.set_defaults(func=cmd_load)
+
+    sample = sub.add_parser("sample-citation", help=(
+        "import one made-up citation of a paper, as of now (to see a live event, e.g. on the bundled sample)"))
+    sample.add_argument("arxiv_id", nargs="?", default="2402.15627", help="the cited paper (default 2402.15627)")
+    sample.add_argument("--citing", metavar="ARXIV_ID",
+                        help="the citing paper (default: a new made-up one, YYMM.9NNNN of this month)")
+    sample.set_defaults(func=cmd_sample_citation)
 
     from app.ingest.sources import SOURCES
 

@@ -146,3 +146,29 @@ async def test_record_changed_fires_when_the_papers_own_work_is_retracted(fifth_
     # The notice the record changed for: the inbound item from CITING shows the retraction.
     assert "10.1000/retraction.own" in json.dumps(served["inbound"])
     await changed.close()
+
+
+async def test_the_cli_adds_a_sample_citation_that_subscribers_receive_spliceable(fifth_of_august):
+    url, server = fifth_of_august
+    before = read(server)
+    sub = await Subscription(server.base, SPLICED, {"id": PAPER, "after": before["changeCursor"]}).start()
+    made = [await asyncio.to_thread(pith_graph, "sample-citation", url=url) for _ in range(2)]
+    # A citing paper named, sorting before the others: spliced in the middle, not appended.
+    first_citer = before["paper"]["inbound"]["edges"][1]["cursor"]
+    middle = await asyncio.to_thread(pith_graph, "sample-citation", PAPER, "--citing", "0001.00001", url=url)
+    for done in (*made, middle):
+        assert done.returncode == 0 and b"now cites 2402.15627" in done.stdout, done.stderr
+    await sub.wait_for(3)
+    assert not sub.errors and len(sub.events) == 3, (sub.errors, sub.events)
+    inbound = before["paper"]["inbound"]
+    for _, event in sub.events:
+        splice(inbound, event["citationAdded"])
+    assert inbound == read(server)["paper"]["inbound"]
+    assert sub.events[2][1]["citationAdded"]["previousCursor"] is None != first_citer
+    citers = {json.loads(__import__("base64").urlsafe_b64decode(e["cursor"] + "==="))[1] for e in inbound["edges"]}
+    assert len({c for c in citers if c.endswith(tuple(f"9000{i}" for i in (1, 2)))}) == 2, citers
+    await sub.close()
+    refused = await asyncio.to_thread(pith_graph, "sample-citation", "0704.00001", url=url)
+    assert refused.returncode == 1 and b"no paper 0704.00001 is known" in refused.stderr
+    bad = await asyncio.to_thread(pith_graph, "sample-citation", "nonsense", url=url)
+    assert bad.returncode == 2 and b"not a valid arXiv id" in bad.stderr
