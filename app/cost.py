@@ -25,6 +25,7 @@ from graphql.error import GraphQLError
 
 from app.errors import QueryCostError, UserInputError
 from app.limits import ARGUMENT_RANGES as LIMITS
+from loaders.base import scanned
 from app.limits import (DEFAULT_MAX_CHANGES, MAX_COST, MAX_IDS, MAX_NEIGHBOURHOOD_PAPERS, MAX_NODES,
                         MAX_TOTAL_DEPTH, POINT_UNITS)
 
@@ -40,14 +41,39 @@ INTROSPECTION_LISTS = frozenset({"types", "fields", "inputFields", "interfaces",
                                  "directives"})
 
 
+# Fields whose work grows with one paper's observations (priced from that paper's own counts).
+DATA_SIZED = frozenset({"timeline", "recordDiff", "citationsByYear", "neighbourhood"})
+# Root fields that name the paper(s) everything directly below them is about.
+PAPER_ROOTS = {"paper": "arxivId", "papers": "arxivIds", "recordDiff": "arxivId", "neighbourhood": "arxivId"}
+
+
+@dataclass(frozen=True)
+class PaperSize:
+    """A paper's stored observations (paper_observation_counts, migration 0012): those citing it and its
+    own references, at any visibility (an upper bound at every instant)."""
+
+    inbound: int = 0
+    outbound: int = 0
+
+
 class Costing:
     def __init__(self, fragments: dict[str, FragmentDefinitionNode], variables: dict[str, Any],
-                 scale: "DataScale | None" = None) -> None:
+                 scale: "DataScale | None" = None, sizes: "dict[str, PaperSize] | None" = None) -> None:
         self.fragments = fragments
         self.variables = variables
         self.scale = scale or DataScale()
         self.root = True  # papers/nodes are the root fields; a Paper has none of those names
         self.max_changes = DEFAULT_MAX_CHANGES
+        self.sizes = sizes  # each named paper's size; None: the largest paper's stands for every paper
+        self.paper: str | None = None  # the paper whose fields are being priced, when the query names it
+
+    def size_of(self, arxiv_id: str | None) -> PaperSize:
+        """What a data-sized field of this paper reads: its own counts when the query names it and they
+        were read, else the largest paper's (a bound for any paper)."""
+        if arxiv_id is not None and self.sizes is not None:
+            return self.sizes.get(arxiv_id, PaperSize())
+        degree = self.scale.max_degree
+        return PaperSize(degree, degree)
 
     def check_shape(self, selection_set: SelectionSetNode | None, depth: int = 0,
                     lists: frozenset[str] = frozenset(), introspecting: bool = False) -> None:
@@ -104,6 +130,8 @@ class Costing:
             name = field.name.value
             args = self.args(field)
             size = 1
+            if name in DATA_SIZED:
+                self.advise(name, args)
             if name in LISTS:
                 arg, default = LISTS[name]
                 size = next((args[a] for a in (arg, "last") if args.get(a) is not None), default)
@@ -114,11 +142,29 @@ class Costing:
                 if not 1 <= size <= MAX_IDS:
                     raise UserInputError(f"{argument}: {size} ids given; give 1 to {MAX_IDS}", nodes=[field],
                                          argument=argument)
+                if name == "papers" and self.sizes is not None and isinstance(ids, list):
+                    # Each paper priced by its own size (the same nodes as `size` papers priced at once).
+                    nodes += multiplier * size
+                    root, self.root = self.root, False
+                    for arxiv_id in ids:
+                        self.paper = arxiv_id if isinstance(arxiv_id, str) else None
+                        below = self.price(field.selection_set, multiplier)
+                        nodes += below.nodes
+                        units += below.units + (multiplier if field.selection_set is not None else 0)
+                    self.root, self.paper = root, None
+                    continue
             elif name == "neighbourhood":
                 depth = args.get("depth") or 2
                 per_paper = args.get("perPaper") or 10
-                # No walk reaches more papers than there are (nor than the cap).
-                size = min(self.scale.current.papers, sum(per_paper ** h for h in range(1, depth + 1)))
+                # No walk reaches more papers than there are (nor than the cap), nor more at its first hop
+                # than the paper has edges that way.
+                first_hop = per_paper
+                if self.sizes is not None and self.root:
+                    own = self.size_of(args.get("arxivId"))
+                    direction = args.get("direction") or "INBOUND"
+                    first_hop = min(per_paper, own.outbound if direction == "OUTBOUND" else own.inbound)
+                size = min(self.scale.current.papers,
+                           sum(first_hop * per_paper ** (h - 1) for h in range(1, depth + 1)))
             elif name == "changes":
                 size = self.max_changes
             own = multiplier * size
@@ -129,6 +175,10 @@ class Costing:
                 units += multiplier if connection else own
             units += multiplier * self.work(name, args, size)
             root, self.root = self.root, False
+            paper = self.paper
+            # Fields right below a root that names one paper are that paper's; anything deeper is another's.
+            self.paper = args.get("arxivId") if root and name in PAPER_ROOTS and isinstance(args.get("arxivId"), str) \
+                else None
             saved = self.max_changes
             if name == "recordDiff":
                 self.max_changes = args.get("maxChanges") or DEFAULT_MAX_CHANGES
@@ -136,12 +186,36 @@ class Costing:
             # totalCount and pageInfo come once per connection.
             below = self.price_connection(field.selection_set, own, multiplier) if connection \
                 else self.price(field.selection_set, own)
-            self.root, self.max_changes = root, saved
+            self.root, self.max_changes, self.paper = root, saved, paper
             nodes += below.nodes
             units += below.units
             if nodes > MAX_NODES * 1000 or units > MAX_COST * 1000:  # no need to count further
                 break
-        return Price(nodes, units)
+        return Price(nodes, units, self.advice)
+
+    advice: str | None = None
+
+    def advise(self, name: str, args: dict[str, Any]) -> None:
+        """What can succeed when one named paper's own size puts this field over the limit."""
+        arxiv_id = args.get("arxivId") if self.root else self.paper
+        if arxiv_id is None or self.sizes is None or self.advice is not None:
+            return
+        own = self.size_of(arxiv_id)
+        if self.work(name, args, args.get("first") or 100) <= MAX_COST:
+            return
+        observations = own.inbound + own.outbound
+        instead = []
+        if name == "timeline" and diff_units(own, 100) <= MAX_COST:
+            instead.append(f"recordDiff(arxivId: \"{arxiv_id}\", from:, to:, maxChanges:) for what changed in a "
+                           "window")
+        if name == "neighbourhood":
+            instead.append("a smaller perPaper or depth")
+        if name != "citationsByYear" and self.work("citationsByYear", {}, 1) <= MAX_COST:
+            instead.append("citationsByYear for its citers by year")
+        instead.append(f"its citations page by page (paper(arxivId: \"{arxiv_id}\") {{ inbound(first: 100, "
+                       "after:) }})")
+        self.advice = (f"{arxiv_id} has {observations:,} stored observations ({own.inbound:,} citing it) and its "
+                       f"{name} reads every one of them; ask instead for " + "; or ".join(instead))
 
     def price_connection(self, selection_set: SelectionSetNode | None, items: int, once: int) -> "Price":
         nodes = units = 0
@@ -150,19 +224,22 @@ class Costing:
             found = self.price(SelectionSetNode(selections=(field,)), multiplier)
             nodes += found.nodes
             units += found.units
-        return Price(nodes, units)
+        return Price(nodes, units, self.advice)
 
     def work(self, name: str, args: dict[str, Any], size: int) -> int:
         """Work a field does beyond the objects it returns (records built, rows scanned)."""
         if name == "citationRecord":
             return PRICES["record"]
         if name == "recordDiff":
-            # Two records, the changes, and a scan of every observation of the paper (and their facts).
-            return 2 * PRICES["record"] + (args.get("maxChanges") or DEFAULT_MAX_CHANGES) + 2 * self.scale.max_degree
+            own = self.size_of(args.get("arxivId") if self.root else self.paper)
+            return diff_units(own, args.get("maxChanges") or DEFAULT_MAX_CHANGES)
         if name == "timeline":
-            # Every observation of the paper and the facts about them (about as many again) are read, then a
+            # Every observation of the paper and the facts about them are read into the server, then a
             # record is built at each entry of the page (they share their statements: cheaper than one each).
-            return 2 * self.scale.max_degree + size * PRICES["timeline_entry"]
+            own = self.size_of(self.paper)
+            return (TIMELINE_STATEMENTS * PRICES["statement"] + FACTS_PER_INBOUND * own.inbound
+                    + FACTS_PER_OUTBOUND * own.outbound
+                    + size * (PRICES["timeline_entry"] + record_rows(own)))
         if name == "searchPapers":
             return PRICES["search"]
         if name in ("browsePapers", "works"):
@@ -174,7 +251,10 @@ class Costing:
         if name == "totalCount":
             return PRICES["count"]
         if name == "citationsByYear":  # every citing observation of the paper, and each citer's snapshot
-            return 2 * self.scale.max_degree
+            own = self.size_of(self.paper)
+            # ... and a row and an object for each year with citers (no more years than citers).
+            return (CITATIONS_BY_YEAR_STATEMENTS * PRICES["statement"] + scanned(2 * own.inbound)
+                    + 2 * min(own.inbound, YEARS))
         if name in ("standingNotice", "standing", "digest"):
             return PRICES["standing"]
         return 0
@@ -184,6 +264,7 @@ class Costing:
 class Price:
     nodes: int  # list nodes, GitHub's rule (limit MAX_NODES)
     units: int  # work units (limit MAX_COST)
+    advice: str | None = None  # what to ask instead, when one paper's own size makes a field too costly
 
     @property
     def points(self) -> int:
@@ -195,6 +276,38 @@ class Price:
 # 10,000-paper graph (a unit is about one object completed, ~20-40 us there).
 PRICES: Final = {"record": 1_000, "search": 900, "count": 50, "standing": 15, "statement": 50, "hop": 150,
                   "timeline_entry": 200}
+# Data-sized work, priced from the paper's own size (PaperSize) when the query names the paper, with
+# constants measured on synthetic graphs (bench/scale.py prints price and actual work side by side):
+# A timeline reads each observation of the paper into the server with the facts about it in the window:
+# its resolutions and the snapshots of the paper at its other end (an inbound one), and besides those the
+# cited work's snapshots, checks and events (an outbound one). Rows, each a unit (app.cost.actual_units).
+FACTS_PER_INBOUND: Final = 4
+FACTS_PER_OUTBOUND: Final = 8
+# Statements a field sends with the paper's lookup: a timeline two and six for the records of its entries,
+# a diff two records' and its changes, citationsByYear one. (The read of the sizes is priced once, with a
+# row for each paper and for its lookup: size_read.)
+TIMELINE_STATEMENTS: Final = 9
+DIFF_STATEMENTS: Final = 7
+CITATIONS_BY_YEAR_STATEMENTS: Final = 2
+YEARS: Final = 100  # years a paper's citers were submitted in, at most
+RECORD_CAP: Final = 100  # loaders.rows.Caps: the observations a served record itemizes on each side
+
+
+def record_rows(own: PaperSize) -> int:
+    """Rows a served record of the paper reads: its itemized observations (capped) with their facts."""
+    return 3 * (min(own.inbound, RECORD_CAP) + min(own.outbound, RECORD_CAP)) // 2 + 10
+
+
+def diff_units(own: PaperSize, max_changes: int) -> int:
+    """recordDiff: two records, the changes, and a scan in the database of every observation of the paper
+    and the facts about them (charged as it runs, two units an observation: app.schema.record_diff)."""
+    return (DIFF_STATEMENTS * PRICES["statement"] + 2 * record_units(own) + max_changes
+            + 2 * (own.inbound + own.outbound))
+
+
+def record_units(own: PaperSize) -> int:
+    """A record of the paper built in full (as recordDiff builds two): its objects grow with what it itemizes."""
+    return PRICES["record"] + 12 * (min(own.inbound, RECORD_CAP) + min(own.outbound, RECORD_CAP))
 
 
 @dataclass(frozen=True)
@@ -335,7 +448,8 @@ def coerced_variables(schema: Any, operation: OperationDefinitionNode, variables
 
 
 def query_price(document: Any, operation_name: str | None, variables: dict[str, Any] | None,
-                schema: Any = None, scale: DataScale | None = None) -> Price:
+                schema: Any = None, scale: DataScale | None = None,
+                sizes: dict[str, PaperSize] | None = None) -> Price:
     """The operation's price from its document and arguments, before anything runs (both limits checked
     by `refusal`)."""
     operations, fragments = document_parts(document, operation_name)
@@ -346,9 +460,18 @@ def query_price(document: Any, operation_name: str | None, variables: dict[str, 
         if coerced is None:
             return Price(0, 0)  # variables that do not coerce: execution reports them, with locations
         variables = coerced
-    costing = Costing(fragments, variables or {}, scale)
+    costing = Costing(fragments, variables or {}, scale, sizes)
     costing.check_shape(operations[0].selection_set)
-    return costing.price(operations[0].selection_set, 1)
+    found = costing.price(operations[0].selection_set, 1)
+    if sizes is not None:
+        found = Price(found.nodes, found.units + size_read(len(sizes)), found.advice)
+    return found
+
+
+def size_read(papers: int) -> int:
+    """The statement reading the sizes of the papers an operation names, a row each (and a row each of
+    the papers' lookup, which a query's price otherwise leaves to its objects)."""
+    return PRICES["statement"] + 2 * papers
 
 
 def refusal(price: Price) -> GraphQLError | None:
@@ -357,6 +480,9 @@ def refusal(price: Price) -> GraphQLError | None:
         return QueryCostError(
             f"query may touch {price.nodes} nodes; the limit is {MAX_NODES} per query "
             "(lower `first`, `perPaper`, `depth` or the number of ids)", cost=price.nodes, limit=MAX_NODES)
+    if price.units > MAX_COST and price.advice is not None:
+        return QueryCostError(f"query is priced at {price.units} work units; the limit is {MAX_COST} per operation. "
+                              + price.advice, cost=price.units, limit=MAX_COST)
     if price.units > MAX_COST:
         return QueryCostError(
             f"query is priced at {price.units} work units; the limit is {MAX_COST} per operation (a record "
@@ -434,11 +560,67 @@ def _static_price(schema: Any, document: Any, operation_name: str | None, scale:
 
 
 def operation_price(schema: Any, document: Any, operation_name: str | None, variables: dict[str, Any] | None,
-                    scale: DataScale, compiled: bool = True) -> Price:
+                    scale: DataScale, compiled: bool = True, sizes: dict[str, PaperSize] | None = None) -> Price:
     """The price of running the operation with these variables: computed once per document when no
-    variable sizes a list (cached), else per request. Raises UserInputError for an argument out of range.
-    Every transport and the prepared path price operations here."""
+    variable sizes a list (cached), else per request; with `sizes` (priced_papers' papers, read by
+    paper_sizes), data-sized work of those papers is priced from their own sizes. Raises UserInputError
+    for an argument out of range. Every transport and the prepared path price operations here."""
+    if sizes is not None:
+        return query_price(document, operation_name, variables, schema, scale, sizes)
     _, sized = _plan(schema, document, operation_name, compiled)
     if not sized:
         return _static_price(schema, document, operation_name, scale.current)
     return query_price(document, operation_name, variables, schema, scale)
+
+
+@by_identity
+def _data_sized(schema: Any, document: Any, operation_name: str | None) -> bool:
+    """Whether the operation asks for data-sized work (DATA_SIZED) below a root field naming its paper(s)."""
+    operations, fragments = document_parts(document, operation_name)
+    if len(operations) != 1:
+        return False
+    costing = Costing(fragments, {})
+
+    def sized(selection_set: Any, depth: int) -> bool:
+        return any(f.name.value in DATA_SIZED or (depth < 1 and sized(f.selection_set, depth + 1))
+                   for f in costing.fields(selection_set))
+
+    return any(f.name.value in PAPER_ROOTS and (f.name.value in DATA_SIZED or sized(f.selection_set, 0))
+               for f in costing.fields(operations[0].selection_set))
+
+
+def priced_papers(schema: Any, document: Any, operation_name: str | None,
+                  variables: dict[str, Any] | None) -> list[str]:
+    """The papers whose own sizes price this operation: those its root fields name, when data-sized work
+    is asked of them ([] when none is; arguments that do not coerce are for execution to report)."""
+    if not _data_sized(schema, document, operation_name):
+        return []
+    operations, fragments = document_parts(document, operation_name)
+    coerced = coerced_variables(schema, operations[0], variables)
+    if coerced is None:
+        return []
+    costing = Costing(fragments, coerced)
+    found: list[str] = []
+    for field in costing.fields(operations[0].selection_set):
+        argument = PAPER_ROOTS.get(field.name.value)
+        if argument is None:
+            continue
+        value = next((value_from_ast_untyped(a.value, coerced) for a in field.arguments or ()
+                      if a.name.value == argument), None)
+        for arxiv_id in value if isinstance(value, list) else [value]:
+            if isinstance(arxiv_id, str) and arxiv_id not in found:
+                found.append(arxiv_id)
+    return found[: MAX_IDS * 4]
+
+
+PAPER_SIZES: Final = """
+SELECT c.arxiv_id, c.inbound, c.outbound FROM paper_observation_counts AS c WHERE c.arxiv_id = ANY($1::text[])
+"""
+
+
+async def paper_sizes(db: Any, arxiv_ids: list[str]) -> dict[str, PaperSize]:
+    """Each paper's size, read by the operation's own session (the snapshot it then answers from)."""
+    found = {arxiv_id: PaperSize() for arxiv_id in arxiv_ids}
+    for row in await db.fetch(PAPER_SIZES, arxiv_ids):
+        found[row["arxiv_id"]] = PaperSize(row["inbound"], row["outbound"])
+    return found

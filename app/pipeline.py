@@ -15,7 +15,8 @@ from strawberry.extensions import MaskErrors, SchemaExtension
 from strawberry.types import ExecutionResult
 
 from app.db.pool import StatementTimeout
-from app.cost import DataScale, Price, _parsed, _plan, _validated, actual_units, operation_price, refusal
+from app.cost import (DataScale, PaperSize, Price, _parsed, _plan, _validated, actual_units, operation_price,
+                      paper_sizes, priced_papers, refusal)
 from app.errors import OperationError, deadline_error
 from app.governor import RateLimited, Ticket
 from app.limits import MAX_COST, MAX_NODES, RETRY_AFTER_SECONDS
@@ -241,8 +242,9 @@ class RequestPipeline(SchemaExtension):
         if document is not None:
             compiled = getattr(ctx.schema.execution_context_class, "compiled", False)
             try:
+                sizes = await self.sizes(document, ctx)
                 self.price = operation_price(ctx.schema._schema, document, ctx.operation_name, ctx.variables,
-                                             self.scale, compiled)
+                                             self.scale, compiled, sizes)
             except GraphQLError as exc:
                 error = exc
             else:
@@ -265,6 +267,26 @@ class RequestPipeline(SchemaExtension):
                                            getattr(session, "statements", 0))
             if ticket is not None:
                 settle(getattr(context, "governor", None), ticket, self.actual or 0)
+
+    async def sizes(self, document: Any, ctx: Any) -> Any:
+        """The sizes of the papers the operation names, when data-sized work of theirs is asked (a
+        timeline, a diff, citationsByYear, a neighbourhood): read by the operation's own session, the
+        first statement of its transaction, so the price is that of the data it answers from."""
+        session = getattr(ctx.context, "session", None)
+        if session is None or not hasattr(session, "fetch"):
+            return None
+        papers = priced_papers(ctx.schema._schema, document, ctx.operation_name, ctx.variables)
+        if not papers:
+            return None
+        # What no paper's size can bring under the limit is refused without reading any.
+        least = operation_price(ctx.schema._schema, document, ctx.operation_name, ctx.variables, self.scale,
+                                sizes={arxiv_id: PaperSize() for arxiv_id in papers})
+        if refusal(least) is not None:
+            return {arxiv_id: PaperSize() for arxiv_id in papers}
+        try:
+            return await paper_sizes(session, papers)
+        except Exception as exc:  # the database away: reported as every failed statement is (app.pipeline.masked)
+            raise GraphQLError("the database could not price the operation", original_error=exc) from exc
 
     def get_results(self) -> dict[str, Any]:
         context = self.execution_context.context

@@ -19,6 +19,14 @@ class Db(Protocol):
 RECORD_BUILD_UNITS = 300
 STANDING_UNITS = 12  # a standing notice (or an observation's digest): a loader key and the notice built
 TIMELINE_ENTRY_UNITS = 150  # a timeline entry's record: its statements are shared with the page's others
+# Rows an index walk inside one statement visits per work unit (an aggregate or a join the database does
+# without sending the rows: citationsByYear's count of a paper's citers).
+ROWS_PER_UNIT = 8
+
+
+def scanned(rows: int) -> int:
+    """The work units of visiting `rows` index rows inside a statement (priced by app.cost, charged here)."""
+    return -(-rows // ROWS_PER_UNIT)
 
 
 def charge(db: Any, units: int) -> None:

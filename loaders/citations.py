@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any, Final, Sequence
 from uuid import UUID
 
-from loaders.base import Db, at_param
+from loaders.base import Db, at_param, charge, scanned
 from loaders.papers import paper_from
 from loaders.rows import (RETRACTING, STANDING_DECIDING, UNRESOLVED, Observation, PaperSnapshot, Resolution,
                           WorkSnapshot, sql_list, event_order_sql)
@@ -384,8 +384,12 @@ ORDER BY k.ord, year
 
 
 async def citations_by_year(db: Db, arxiv_ids: Sequence[str], as_of: datetime) -> list[list[tuple[int, int]]]:
-    """(year, citing papers) per paper, oldest year first."""
+    """(year, citing papers) per paper, oldest year first. The statement visits each citing observation
+    and each citer's snapshot (charged as app.cost prices it)."""
     found: list[list[tuple[int, int]]] = [[] for _ in arxiv_ids]
+    citers = 0
     for row in await db.fetch(CITATIONS_BY_YEAR, list(arxiv_ids), as_of):
         found[row["ord"] - 1].append((row["year"], row["n"]))
+        citers += row["n"]
+    charge(db, scanned(2 * citers))
     return found

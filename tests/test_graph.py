@@ -211,7 +211,8 @@ async def test_neighbourhood_costs_one_statement_per_hop(graph):
         assert hood["truncated"] is True
         assert len(hood["papers"]) == 1 + sum(10 ** h for h in range(1, depth + 1))
         assert len(hood["edges"]) == len(hood["papers"]) - 1
-        assert len(graph.statements.counted) == 1 + depth  # the start paper, then one per hop
+        # The start paper's size (its price), the start paper, then one per hop.
+        assert len(graph.statements.counted) == 1 + 1 + depth
     body = await graph.graphql(query, {"id": NARROW_TREE, "per": 10, "depth": 3})
     hood = body["data"]["neighbourhood"]
     assert hood["truncated"] is False and len(hood["papers"]) == 1 + 5 + 25

@@ -53,7 +53,8 @@ async def test_citations_by_year_of_many_papers_is_one_statement(graph):
     graph.statements.clear()
     body = await graph.graphql("query($ids: [String!]!) { papers(arxivIds: $ids) { citationsByYear { year count } } }",
                                {"ids": ids})
-    assert "errors" not in body and len(graph.statements.counted) == 2, graph.statements.counted  # papers, years
+    # The papers' sizes (their price), the papers, the years.
+    assert "errors" not in body and len(graph.statements.counted) == 3, graph.statements.counted
 
 
 async def test_citations_by_year_follow_the_instant(empty_database):

@@ -1,0 +1,143 @@
+"""Data-sized work priced by the paper asked about (app.cost): on a graph with one big hub (synth
+--hub-citations), an ordinary paper's timeline, recordDiff and citationsByYear cost what that paper's own
+observations make them cost, whatever the hub does; the price bounds the work done; the hub's
+citationsByYear is answered, and what the hub's size truly puts over the limit is refused with advice that
+names what can succeed."""
+
+from __future__ import annotations
+
+import uuid
+
+import asyncpg
+import pytest
+import pytest_asyncio
+
+from app.limits import MAX_COST
+from tests.conftest import StatementLog, drop_database, serve, synthetic_database
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+HUB = "1501.00001"  # synth's hub is its first paper
+HUB_CITATIONS = 30_000
+
+QUERIES = {
+    "citationsByYear": 'query($id: String!) { paper(arxivId: $id) { citationsByYear { year count } } }',
+    "timeline": 'query($id: String!) { paper(arxivId: $id) { timeline(first: 20) { edges { cursor node { at kinds '
+                'contextDigest } } pageInfo { hasNextPage endCursor } } } }',
+    "recordDiff": 'query($id: String!) { recordDiff(arxivId: $id, from: "2026-01-01T00:00:00Z", '
+                  'to: "2026-12-01T00:00:00Z") { patch changesTruncated changes { kind observedAt '
+                  'observation { observationId } } } }',
+}
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def hub_graph(admin_url):
+    url = await synthetic_database(admin_url, "pith_test_scale", 300, 7, hub_citations=HUB_CITATIONS)
+    conn = await asyncpg.connect(url)
+    try:
+        ordinary = [r[0] for r in await conn.fetch(
+            "SELECT arxiv_id FROM paper_observation_counts WHERE arxiv_id <> $1 AND inbound BETWEEN 1 AND 200 "
+            "ORDER BY arxiv_id DESC LIMIT 4", HUB)]
+    finally:
+        await conn.close()
+    async for served in serve(url, StatementLog()):
+        yield served, url, ordinary
+    await drop_database(admin_url, url)
+
+
+def cost(body: dict) -> dict:
+    return body["extensions"]["cost"]
+
+
+async def prices(served, arxiv_id: str) -> dict[str, dict]:
+    found = {}
+    for name, query in QUERIES.items():
+        body = await served.graphql(query, {"id": arxiv_id})
+        found[name] = body
+    return found
+
+
+async def test_the_counts_prices_read_follow_every_writer(hub_graph):
+    _, url, _ = hub_graph
+    conn = await asyncpg.connect(url)
+    try:
+        wrong = await conn.fetch("""
+            SELECT p.arxiv_id FROM paper_observation_counts AS p
+            FULL JOIN (SELECT arxiv_id, sum(i) AS i, sum(o) AS o FROM (
+                SELECT cited_arxiv_id AS arxiv_id, 1 AS i, 0 AS o FROM citation_observations WHERE cited_arxiv_id IS NOT NULL
+                UNION ALL SELECT citing_arxiv_id, 0, 1 FROM citation_observations) AS d GROUP BY 1) AS c USING (arxiv_id)
+            WHERE coalesce(p.inbound, 0) <> coalesce(c.i, 0) OR coalesce(p.outbound, 0) <> coalesce(c.o, 0)""")
+        assert wrong == []
+        assert await conn.fetchval("SELECT inbound FROM paper_observation_counts WHERE arxiv_id = $1", HUB) \
+            >= HUB_CITATIONS
+    finally:
+        await conn.close()
+
+
+async def test_an_ordinary_papers_price_is_its_own_and_bounds_its_work(hub_graph):
+    served, _, ordinary = hub_graph
+    assert len(ordinary) == 4
+    for arxiv_id in ordinary:
+        for name, body in (await prices(served, arxiv_id)).items():
+            assert "errors" not in body, (arxiv_id, name, body["errors"])
+            c = cost(body)
+            # The price bounds the work, and stays within a small factor of it.
+            assert c["requested"] >= c["actual"], (arxiv_id, name, c)
+            assert c["requested"] <= 20 * c["actual"] + 2_000, (arxiv_id, name, c)
+
+
+async def test_an_ordinary_papers_price_does_not_move_with_the_hub(hub_graph):
+    served, url, ordinary = hub_graph
+    before = {a: {n: cost(b)["requested"] for n, b in (await prices(served, a)).items()} for a in ordinary}
+    hub_before = cost(await served.graphql(QUERIES["citationsByYear"], {"id": HUB}))["requested"]
+    conn = await asyncpg.connect(url)
+    try:  # 10,000 more citations of the hub, from a paper that none of the ordinary ones is
+        citing = await conn.fetchval("SELECT max(arxiv_id) FROM paper_snapshots WHERE NOT arxiv_id = ANY($1)",
+                                     ordinary)
+        at = await conn.fetchval("SELECT max(observed_at) FROM paper_snapshots")
+        await conn.copy_records_to_table(
+            "citation_observations",
+            columns=["observation_id", "citing_arxiv_id", "reference_index", "source", "source_observed_at",
+                     "cited_arxiv_id"],
+            records=[(uuid.uuid4(), citing, 10_000 + i, "synthetic_pdf_text", at, HUB) for i in range(10_000)])
+    finally:
+        await conn.close()
+    after = {a: {n: cost(b)["requested"] for n, b in (await prices(served, a)).items()} for a in ordinary}
+    assert after == before
+    hub_after = cost(await served.graphql(QUERIES["citationsByYear"], {"id": HUB}))["requested"]
+    assert hub_after > hub_before  # the hub's own price follows its own size, read as the operation runs
+
+
+async def test_the_hubs_citations_by_year_is_answered_and_its_timeline_refused_with_advice(hub_graph):
+    served, _, _ = hub_graph
+    found = await prices(served, HUB)
+    body = found["citationsByYear"]
+    assert "errors" not in body, body["errors"]
+    assert sum(y["count"] for y in body["data"]["paper"]["citationsByYear"]) > 250
+    assert cost(body)["requested"] >= cost(body)["actual"]
+    refused = found["timeline"]["errors"][0]
+    assert refused["extensions"]["code"] == "QUERY_TOO_COSTLY", refused
+    assert refused["extensions"]["cost"] > MAX_COST
+    assert HUB in refused["message"] and "citationsByYear" in refused["message"], refused
+    # What the hub's size puts over the limit names no alternative that is over it too.
+    diff = found["recordDiff"]["errors"][0]
+    assert diff["extensions"]["code"] == "QUERY_TOO_COSTLY" and "recordDiff" not in diff["message"].split("instead")[1]
+    assert "recordDiff" not in refused["message"].split("instead")[1]
+    # ... and what it names works: its citations page by page.
+    page = await served.graphql('query($id: String!) { paper(arxivId: $id) { inbound(first: 100) { totalCount '
+                                'edges { node { citingPaper { arxivId } } } } } }', {"id": HUB})
+    assert "errors" not in page and page["data"]["paper"]["inbound"]["totalCount"] >= HUB_CITATIONS
+
+
+async def test_a_paper_not_named_by_the_query_is_priced_as_the_largest(hub_graph):
+    served, _, ordinary = hub_graph
+    # Citing papers reached through a list are not known before the query runs: each is priced as the
+    # largest paper could be (a bound), so this asks for the hub's size 100 times over.
+    body = await served.graphql('query($id: String!) { paper(arxivId: $id) { inbound(first: 100) { nodes { '
+                                'citingPaper { citationsByYear { year } } } } } }', {"id": ordinary[0]})
+    assert body["errors"][0]["extensions"]["code"] == "QUERY_TOO_COSTLY"
+    many = await served.graphql('query($ids: [String!]!) { papers(arxivIds: $ids) { citationsByYear { year } } }',
+                                {"ids": ordinary})
+    assert "errors" not in many
+    one = [cost(await served.graphql(QUERIES["citationsByYear"], {"id": a}))["requested"] for a in ordinary]
+    assert cost(many)["requested"] <= sum(one)
