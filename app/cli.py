@@ -277,25 +277,43 @@ def cmd_export(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-async def _record_bytes(conn: asyncpg.Connection, arxiv_ids: list[str], as_of: datetime,
-                        uncapped: bool) -> list[bytes | None]:
-    """Canonical records of several papers in one read-only transaction (six statements in all)."""
-    from app import record
+# A command's client that is killed (or loses its network) ends its backend: PostgreSQL checks the
+# socket this often while a statement runs, instead of finishing it (and holding its locks) for nobody.
+CLIENT_CHECK = "; SET LOCAL client_connection_check_interval = '2s'"
+
+
+def command_statement_timeout_ms() -> int:
+    """A command's own bound on each statement: PITH_STATEMENT_TIMEOUT_MS when the operator sets it, else
+    none (the server's and the role's settings still hold). The server's 10 s default is for requests."""
+    given = os.environ.get("PITH_STATEMENT_TIMEOUT_MS", "").strip()
+    return Settings.from_env().statement_timeout_ms if given else 0
+
+
+def command_session(conn: asyncpg.Connection) -> "Session":
+    """One read-only snapshot for a command's reads (export, dump), bounded as command_statement_timeout_ms says."""
     from app.db.pool import Session
+
+    return Session.from_connection(conn, command_statement_timeout_ms(), CLIENT_CHECK)
+
+
+async def _record_bytes(session: "Session", arxiv_ids: list[str], as_of: datetime,
+                        uncapped: bool) -> list[bytes | None]:
+    """Canonical records of several papers, read in the session's snapshot (six statements in all)."""
+    from app import record
     from loaders.record import SERVED_CAPS, record_rows
 
-    session = Session.from_connection(conn)
-    try:
-        rows = await record_rows(session, arxiv_ids, as_of, caps=None if uncapped else SERVED_CAPS)
-    finally:
-        await session.close()
+    rows = await record_rows(session, arxiv_ids, as_of, caps=None if uncapped else SERVED_CAPS)
     return [None if r is None else record.canonical_bytes(record.build_record(r)) for r in rows]
 
 
 async def _export(dsn: str, arxiv_id: str, as_of: datetime, uncapped: bool) -> bytes | None:
-    conn = await connect(dsn)
+    conn = await connect(dsn, server_settings={"application_name": "pith-graph export"})
     try:
-        (data,) = await _record_bytes(conn, [arxiv_id], as_of, uncapped)
+        session = command_session(conn)
+        try:
+            (data,) = await _record_bytes(session, [arxiv_id], as_of, uncapped)
+        finally:
+            await session.close()
     finally:
         await conn.close()
     return data
@@ -350,23 +368,37 @@ def cmd_dump(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+DUMP_BATCH = 100  # papers per round of record statements
+
+
 async def _dump(dsn: str, path: str, as_of: datetime) -> int:
-    """Every paper's uncapped record, one per line: what `load` reads back."""
-    conn = await connect(dsn)
+    """Every paper's uncapped record, one per line: what `load` reads back. One snapshot (an import
+    committing meanwhile is in all of the dump or none of it), streamed: papers are read a batch at a
+    time in id order, so memory stays that of one batch at any size."""
+    conn = await connect(dsn, server_settings={"application_name": "pith-graph dump"})
     count = 0
     try:
-        ids = [r["arxiv_id"] for r in await conn.fetch(
-            "SELECT DISTINCT arxiv_id FROM paper_snapshots WHERE observed_at <= $1 ORDER BY 1", as_of)]
+        session = command_session(conn)
         out = sys.stdout.buffer if path == "-" else open(path, "wb")
         try:
-            for start in range(0, len(ids), 100):
-                for data in await _record_bytes(conn, ids[start:start + 100], as_of, uncapped=True):
+            after = ""
+            while True:
+                ids = [r["arxiv_id"] for r in await session.fetch(
+                    "SELECT DISTINCT arxiv_id FROM paper_snapshots WHERE observed_at <= $1 AND arxiv_id > $2 "
+                    "ORDER BY 1 LIMIT $3", as_of, after, DUMP_BATCH)]
+                if not ids:
+                    break
+                for data in await _record_bytes(session, ids, as_of, uncapped=True):
                     if data is not None:
                         out.write(data + b"\n")
                         count += 1
+                after = ids[-1]
         finally:
+            await session.close()
             if out is not sys.stdout.buffer:
                 out.close()
+            else:
+                out.flush()
     finally:
         await conn.close()
     return count

@@ -100,10 +100,11 @@ class Session:
 
     def __init__(self, acquire: Callable[[], Awaitable[asyncpg.Connection]],
                  release: Callable[[asyncpg.Connection], Awaitable[None]] | None = None,
-                 statement_timeout_ms: int = DEFAULT_STATEMENT_TIMEOUT_MS) -> None:
+                 statement_timeout_ms: int = DEFAULT_STATEMENT_TIMEOUT_MS, begin_settings: str = "") -> None:
         self._acquire = acquire
         self._release = release
-        self.statement_timeout_ms = statement_timeout_ms
+        self.statement_timeout_ms = statement_timeout_ms  # 0: none of its own
+        self.begin_settings = begin_settings  # more "; SET LOCAL ..." sent with BEGIN
         self._conn: asyncpg.Connection | None = None
         self._tx = False  # in the read transaction (BEGIN sent)
         self._lock = asyncio.Lock()
@@ -125,11 +126,14 @@ class Session:
         return cls(lambda: pool.acquire(timeout=timeout), pool.release, statement_timeout_ms)
 
     @classmethod
-    def from_connection(cls, conn: asyncpg.Connection) -> "Session":
+    def from_connection(cls, conn: asyncpg.Connection, statement_timeout_ms: int = DEFAULT_STATEMENT_TIMEOUT_MS,
+                        begin_settings: str = "") -> "Session":
+        """A session on a connection of the caller's (commands: export, dump), with the statement
+        timeout it asks for (0: none; the commands pass PITH_STATEMENT_TIMEOUT_MS when it is set)."""
         async def acquire() -> asyncpg.Connection:
             return conn
 
-        return cls(acquire)
+        return cls(acquire, None, statement_timeout_ms, begin_settings)
 
     @property
     def closed(self) -> bool:
@@ -149,7 +153,8 @@ class Session:
                         self._conn = conn
                     else:
                         try:
-                            await conn.execute(BEGIN.format(ms=int(self.statement_timeout_ms)))
+                            await conn.execute(BEGIN.format(ms=int(self.statement_timeout_ms))
+                                               + self.begin_settings)
                         except BaseException:
                             if self._release is not None:
                                 await self._release(conn)
@@ -163,7 +168,8 @@ class Session:
                     rows = await self._conn.fetch(sql, *args)
                 else:  # outside a transaction: the statement's timeout is asyncpg's (it cancels in PostgreSQL)
                     try:
-                        rows = await self._conn.fetch(sql, *args, timeout=self.statement_timeout_ms / 1000)
+                        rows = await self._conn.fetch(sql, *args,
+                                                      timeout=self.statement_timeout_ms / 1000 or None)
                     except TimeoutError:
                         raise StatementTimeout(f"statement ran past {self.statement_timeout_ms} ms") from None
                 self.rows += len(rows)

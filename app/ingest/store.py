@@ -67,23 +67,54 @@ def _tuple_sql(alias: str, columns: tuple[str, ...]) -> str:
     return "(" + ", ".join(f"{alias}.{c}" for c in columns) + ")"
 
 
-def _conflict_sql(t: Table, other: str) -> str:
-    """Staged rows whose key stands in `other` (the table, or the stage itself) with other content."""
-    key_match = " AND ".join(f"x.{c} = s.{c}" for c in t.key)
+def _differs(t: Table, x: str, s: str) -> str:
+    """SQL true when row `s` of table t says something else than row `x` of the same key."""
     if t.fact == "papers":
-        differs = ("(x.title, x.latest_version, x.submitted_at, x.last_updated)"
-                   " IS DISTINCT FROM (s.title, s.latest_version, s.submitted_at, s.last_updated)"
-                   " OR (x.primary_category IS NOT NULL AND s.primary_category IS NOT NULL"
-                   " AND x.primary_category <> s.primary_category)")
-    else:
-        differs = f"{_tuple_sql('x', t.values)} IS DISTINCT FROM {_tuple_sql('s', t.values)}"
-    other_origin = "x.origin" if other.startswith("stage_") else "'the database'"
+        return (f"({x}.title, {x}.latest_version, {x}.submitted_at, {x}.last_updated)"
+                f" IS DISTINCT FROM ({s}.title, {s}.latest_version, {s}.submitted_at, {s}.last_updated)"
+                f" OR ({x}.primary_category IS NOT NULL AND {s}.primary_category IS NOT NULL"
+                f" AND {x}.primary_category <> {s}.primary_category)")
+    return f"{_tuple_sql(x, t.values)} IS DISTINCT FROM {_tuple_sql(s, t.values)}"
+
+
+def _conflict_sql(t: Table) -> str:
+    """A staged row whose key stands in the table with other content (after the insert every staged key
+    is there): one join on the key, which the analyzed stage plans as a hash or merge join."""
+    key_match = " AND ".join(f"x.{c} = s.{c}" for c in t.key)
     return f"""
 SELECT s.origin, {', '.join(f's.{c}' for c in t.key + t.values)},
-       {other_origin} AS other_origin, {', '.join(f'x.{c} AS other_{c}' for c in t.values) or 'NULL AS none'}
+       'the database' AS other_origin, {', '.join(f'x.{c} AS other_{c}' for c in t.values)}
 FROM stage_{t.name} AS s
-JOIN {other} AS x ON {key_match}
-WHERE {differs}
+JOIN {t.name} AS x ON {key_match}
+WHERE {_differs(t, 'x', 's')}
+LIMIT 1
+"""
+
+
+def _staged_conflict_sql(t: Table) -> str:
+    """Two staged rows of one key with other content: each row is compared with the first staged row of
+    its key (one sort of the stage, no join: the self-join this replaces compared every pair of rows
+    when the planner had no statistics). For papers, the key's primary categories are counted apart: one
+    given and one left out agree, two different ones do not."""
+    key = ", ".join(t.key)
+    window = f"(PARTITION BY {key} ORDER BY origin ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)"
+    compared = t.values
+    source = f"stage_{t.name}"
+    categories = "false"
+    if t.fact == "papers":
+        compared = tuple(c for c in t.values if c != "primary_category")
+        source = (f"(SELECT st.*, c.categories FROM stage_{t.name} AS st JOIN (SELECT {key}, count(DISTINCT "
+                  f"primary_category) AS categories FROM stage_{t.name} GROUP BY {key}) AS c USING ({key}))")
+        categories = "f.categories > 1"
+    firsts = ", ".join(f"first_value({c}) OVER w AS first_{c}" for c in t.values)
+    return f"""
+SELECT f.origin, {', '.join(f'f.{c}' for c in t.key + t.values)},
+       f.first_origin AS other_origin, {', '.join(f'f.first_{c} AS other_{c}' for c in t.values)}
+FROM (SELECT *, first_value(origin) OVER w AS first_origin, {firsts}
+      FROM {source} AS staged WINDOW w AS {window}) AS f
+WHERE ({', '.join(f'f.first_{c}' for c in compared)}) IS DISTINCT FROM ({', '.join(f'f.{c}' for c in compared)})
+   OR {categories}
+ORDER BY f.origin
 LIMIT 1
 """
 
@@ -166,6 +197,9 @@ class Loader:
 
     async def finish(self) -> int:
         await self.flush()
+        # Temporary tables get no statistics of their own (autovacuum never sees them): without them the
+        # planner takes a stage of 19,001 rows for a few and joins it pair by pair (182 s).
+        await self.conn.execute("; ".join(f"ANALYZE stage_{t.name}" for t in TABLES))
         added = 0
         for t in TABLES:
             # Insert first, then compare: a concurrent load's committed rows are then seen too.
@@ -176,11 +210,14 @@ class Loader:
             added += int(status.split()[-1])
             if not t.values or not self.check_conflicts:
                 continue
-            for other in (t.name,) if self.staged_unique else (f"stage_{t.name}", t.name):
-                conflict = await self.conn.fetchrow(_conflict_sql(t, other))
+            checks = [_conflict_sql(t)] if self.staged_unique else [_staged_conflict_sql(t), _conflict_sql(t)]
+            for check in checks:
+                conflict = await self.conn.fetchrow(check)
                 if conflict is not None:
                     raise ImportRejected(self.file, _describe_conflict(t, conflict))
         if added:
+            if not self.all_new:
+                await self.conn.execute("; ".join(f"ANALYZE new_{t.name}" for t in TABLES))
             # Validators of cached GraphQL answers change with the data, and live subscribers are told
             # (both taken last: the row and the lock are held only until this transaction commits).
             await self.conn.execute("UPDATE data_version SET version = version + 1")
@@ -339,6 +376,7 @@ class _Chain(io.RawIOBase):
 
 
 RETRIES = 3
+CLIENT_CHECK_SECONDS = 2
 
 
 async def load_file(conn: asyncpg.Connection, path: str, progress: IO[str] | None = None) -> LoadResult:
@@ -362,6 +400,9 @@ async def _load_file_once(conn: asyncpg.Connection, path: str, progress: IO[str]
     documents = 0
     try:
         async with conn.transaction():
+            # A killed client ends its backend (and its locks) within seconds, even mid-statement,
+            # instead of the backend finishing the load for nobody while a rerun waits on its locks.
+            await conn.execute(f"SET LOCAL client_connection_check_interval = '{CLIENT_CHECK_SECONDS}s'")
             loader = Loader(conn, path)
             await loader.start()
             last_report = started

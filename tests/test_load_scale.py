@@ -1,0 +1,176 @@
+"""`load` and `dump` at scale: the staged conflict checks do work in proportion to the rows staged (not to
+their square), a killed load's backend ends with its client, and `dump` reads one snapshot with no
+statement timeout of its own."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import asyncpg
+import pytest
+import pytest_asyncio
+
+from app.ingest import store
+from app.ingest.document import parse_document
+from app.ingest.store import TABLES, ImportRejected, Loader, load_file
+from tests.conftest import SEED, drop_database, synthetic_database
+from tests.test_import import fact_counts, redigest, rejected, seed, write
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+AS_OF = "2026-11-01T00:00:00Z"  # after every synthetic fact
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def dumped(admin_url, tmp_path_factory):
+    """A 60-paper synthetic graph written by `synth` and dumped by `pith-graph dump`."""
+    url = await synthetic_database(admin_url, "pith_test_dump", 60, 7)
+    path = tmp_path_factory.mktemp("dump") / "all.ndjson"
+    done = subprocess.run([sys.executable, "-m", "app.cli", "dump", str(path), "--as-of", AS_OF], env={**os.environ, "DATABASE_URL": url},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    yield url, path
+    await drop_database(admin_url, url)
+
+
+def _removed_by_join_filters(plan: dict) -> int:
+    return int(plan.get("Rows Removed by Join Filter", 0)) + sum(_removed_by_join_filters(p)
+                                                                 for p in plan.get("Plans", ()))
+
+
+async def test_staged_conflict_checks_do_work_in_proportion_to_the_rows_staged(dumped, empty_database, monkeypatch):
+    _, path = dumped
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    assert len(lines) == 60
+    conn = await asyncpg.connect(empty_database)
+    try:
+        tx = conn.transaction()
+        await tx.start()
+        loader = Loader(conn, str(path))
+        await loader.start()
+        for number, line in enumerate(lines, start=1):
+            loader.add(parse_document(json.loads(line)).facts, f"line {number}")
+            if number % 5 == 0:  # small batches: the stage holds every repeated fact once per batch
+                await loader.flush()
+        assert await loader.finish() > 0
+        for t in TABLES:
+            if not t.values:
+                continue
+            staged = await conn.fetchval(f"SELECT count(*) FROM stage_{t.name}")
+            for check in (store._staged_conflict_sql(t), store._conflict_sql(t)):
+                (plan,) = json.loads(await conn.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {check}"))
+                removed = _removed_by_join_filters(plan["Plan"])
+                assert removed <= staged, (t.name, staged, removed, check)
+        await tx.rollback()
+    finally:
+        await conn.close()
+
+
+async def test_a_load_of_the_dump_adds_every_fact_once_a_rerun_none_and_dumps_the_same(dumped, empty_database,
+                                                                                      tmp_path):
+    _, path = dumped
+    conn = await asyncpg.connect(empty_database)
+    try:
+        first = await load_file(conn, str(path))
+        assert first.documents == 60 and first.facts_added > 0
+        counts = await fact_counts(conn)
+        again = await load_file(conn, str(path))
+        assert again.facts_added == 0 and await fact_counts(conn) == counts
+    finally:
+        await conn.close()
+    copy = tmp_path / "copy.ndjson"
+    done = subprocess.run([sys.executable, "-m", "app.cli", "dump", str(copy), "--as-of", AS_OF],
+                          env={**os.environ, "DATABASE_URL": empty_database}, capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stderr.decode()
+    assert copy.read_bytes() == path.read_bytes()
+
+
+async def test_conflicts_between_batches_are_found_in_the_stage(empty_database, tmp_path, monkeypatch):
+    monkeypatch.setattr(store, "BATCH_DOCUMENTS", 1)  # every document its own batch: only the stage compares them
+    conn = await asyncpg.connect(empty_database)
+    try:
+        other = seed()
+        other["as_of"] = "2026-08-06T00:00:00Z"
+        other["thesis"] = other["thesis"].replace("5 August", "6 August")
+        other["inbound"][0]["resolution"]["resolver_source"] = "doi"
+        error = await rejected(conn, write(tmp_path, "pair.ndjson", [seed(), redigest(other)]))
+        assert "resolutions" in error.message and "'doi'" in error.message and "'arxiv_id'" in error.message
+        assert "line 1" in error.message and "line 2" in error.message
+
+        retitled = seed()
+        retitled["as_of"] = "2026-08-06T00:00:00Z"
+        retitled["thesis"] = retitled["thesis"].replace("5 August", "6 August")
+        for o in retitled["inbound"]:
+            if o["citation"]["citing_paper"]["arxiv_id"] == "2409.19256":
+                o["citation"]["citing_paper"]["title"] = "HybridFlow, retitled"
+        error = await rejected(conn, write(tmp_path, "titles.ndjson", [seed(), redigest(retitled)]))
+        assert "paper_snapshots" in error.message and "HybridFlow, retitled" in error.message
+
+        same = write(tmp_path, "same.ndjson", [seed(), seed()])  # the same facts twice agree
+        assert (await load_file(conn, same)).facts_added > 0
+    finally:
+        await conn.close()
+
+
+async def test_a_killed_load_ends_its_backend_and_releases_its_locks(empty_database):
+    holder = await asyncpg.connect(empty_database)
+    watcher = await asyncpg.connect(empty_database)
+    process = None
+    try:
+        # Hold the row every load updates last: the load's backend waits on it, mid-statement.
+        await holder.execute("BEGIN; UPDATE data_version SET version = version")
+        process = subprocess.Popen([sys.executable, "-m", "app.cli", "load", str(SEED)],
+                                   env={**os.environ, "DATABASE_URL": empty_database},
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        waiting = "SELECT pid FROM pg_stat_activity WHERE application_name = 'pith-graph load' AND wait_event_type = 'Lock'"
+        for _ in range(600):
+            pid = await watcher.fetchval(waiting)
+            if pid is not None:
+                break
+            assert process.poll() is None, "the load ended before it waited on the lock"
+            await asyncio.sleep(0.1)
+        assert pid is not None, "the load never reached its last statement"
+        process.send_signal(signal.SIGKILL)
+        process.wait(10)
+        for _ in range(300):  # client_connection_check_interval is 2 s; the bound is generous
+            if not await watcher.fetchval("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid):
+                break
+            await asyncio.sleep(0.1)
+        gone = not await watcher.fetchval("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid)
+        assert gone, "the killed load's backend still runs, holding its locks"
+        await holder.execute("ROLLBACK")
+        assert (await fact_counts(watcher))["paper_snapshots"] == 0  # nothing half-way
+        done = subprocess.run([sys.executable, "-m", "app.cli", "load", str(SEED)],
+                              env={**os.environ, "DATABASE_URL": empty_database}, capture_output=True, timeout=120)
+        assert done.returncode == 0, done.stderr.decode()
+    finally:
+        if process is not None and process.poll() is None:
+            process.kill()
+        await holder.close()
+        await watcher.close()
+
+
+async def test_the_commands_read_session_has_no_timeout_of_its_own_unless_one_is_set(database_url, monkeypatch):
+    from app.cli import command_session
+
+    conn = await asyncpg.connect(database_url)
+    try:
+        for given, expected in ((None, "0"), ("1234", "1234ms")):
+            if given is None:
+                monkeypatch.delenv("PITH_STATEMENT_TIMEOUT_MS", raising=False)
+            else:
+                monkeypatch.setenv("PITH_STATEMENT_TIMEOUT_MS", given)
+            session = command_session(conn)
+            try:
+                (row,) = await session.fetch("SELECT current_setting('statement_timeout') AS timeout, "
+                                             "current_setting('client_connection_check_interval') AS check, "
+                                             "current_setting('transaction_read_only') AS read_only")
+            finally:
+                await session.close()
+            assert (row["timeout"], row["check"], row["read_only"]) == (expected, "2s", "on")
+    finally:
+        await conn.close()
