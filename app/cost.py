@@ -212,8 +212,8 @@ class Costing:
             instead.append("a smaller perPaper or depth")
         if name != "citationsByYear" and self.work("citationsByYear", {}, 1) <= MAX_COST:
             instead.append("citationsByYear for its citers by year")
-        instead.append(f"its citations page by page (paper(arxivId: \"{arxiv_id}\") {{ inbound(first: 100, "
-                       "after:) }})")
+        instead.append(f"its whole citation list from the bulk route (GET /paper/{arxiv_id}/inbound.ndjson, or .csv; "
+                       "a unit a row), or page by page (inbound(first: 100, after:))")
         self.advice = (f"{arxiv_id} has {observations:,} stored observations ({own.inbound:,} citing it) and its "
                        f"{name} reads every one of them; ask instead for " + "; or ".join(instead))
 

@@ -119,6 +119,7 @@ async def test_the_hubs_citations_by_year_is_answered_and_its_timeline_refused_w
     assert refused["extensions"]["code"] == "QUERY_TOO_COSTLY", refused
     assert refused["extensions"]["cost"] > MAX_COST
     assert HUB in refused["message"] and "citationsByYear" in refused["message"], refused
+    assert f"/paper/{HUB}/inbound.ndjson" in refused["message"]
     # What the hub's size puts over the limit names no alternative that is over it too.
     diff = found["recordDiff"]["errors"][0]
     assert diff["extensions"]["code"] == "QUERY_TOO_COSTLY" and "recordDiff" not in diff["message"].split("instead")[1]
@@ -141,3 +142,96 @@ async def test_a_paper_not_named_by_the_query_is_priced_as_the_largest(hub_graph
     assert "errors" not in many
     one = [cost(await served.graphql(QUERIES["citationsByYear"], {"id": a}))["requested"] for a in ordinary]
     assert cost(many)["requested"] <= sum(one)
+
+
+PAGE = """query($id: String!, $after: String, $at: DateTime) { paper(arxivId: $id, asOf: $at) {
+  inbound(first: 100, after: $after) { edges { node { observationId referenceIndex source
+    citingPaper { arxivId } citedPaper { arxivId } resolution { status }
+    standingNotice { state events { eventType source } } } } pageInfo { hasNextPage endCursor } } } }"""
+
+
+async def paged(served, arxiv_id: str, at: str) -> list[tuple]:
+    rows, after = [], None
+    while True:
+        body = await served.graphql(PAGE, {"id": arxiv_id, "after": after, "at": at})
+        assert "errors" not in body, body["errors"]
+        connection = body["data"]["paper"]["inbound"]
+        for edge in connection["edges"]:
+            n = edge["node"]
+            notice = n["standingNotice"]
+            latest = notice["events"][-1] if notice["state"] == "MEASURED" and notice["events"] else None
+            rows.append(("arxiv:" + n["citingPaper"]["arxivId"], "arxiv:" + n["citedPaper"]["arxivId"],
+                         n["observationId"], n["referenceIndex"], n["source"], n["resolution"]["status"].lower(),
+                         notice["state"].lower(), latest["eventType"].lower() if latest else None,
+                         latest["source"] if latest else None))
+        if not connection["pageInfo"]["hasNextPage"]:
+            return rows
+        after = connection["pageInfo"]["endCursor"]
+
+
+async def test_the_bulk_route_streams_the_hubs_whole_list_equal_to_paging_it(hub_graph):
+    import csv
+    import io
+    import json
+
+    from app import bulk
+    from app.export import EDGE_FIELDS
+
+    served, url, ordinary = hub_graph
+    conn = await asyncpg.connect(url)
+    try:
+        at = (await conn.fetchval("SELECT max(observed_at) FROM paper_snapshots")).strftime("%Y-%m-%dT%H:%M:%SZ")
+    finally:
+        await conn.close()
+    statements = served.statements
+    statements.clear()
+    response = await served.client.get(f"/paper/{HUB}/inbound.ndjson", params={"as_of": at})
+    assert response.status_code == 200 and response.headers["content-type"] == "application/x-ndjson"
+    lines = [json.loads(line) for line in response.text.splitlines()]
+    assert len(lines) >= HUB_CITATIONS and all(list(line) == ["type", *EDGE_FIELDS] for line in lines)
+    # Keyset batches, never one read of the whole list: the size read, the paper, a page and the works'
+    # standing per batch.
+    pages = [q for q in statements.counted if "LIMIT $6" in q]
+    assert len(pages) == len(lines) // bulk.BATCH + 1, len(pages)
+    expected = await paged(served, HUB, at)
+    assert [(e["source"], e["target"], e["observation_id"], e["reference_index"], e["citation_source"],
+             e["resolution_status"], e["standing_state"], e["cited_work_event_type"], e["cited_work_event_source"])
+            for e in lines] == expected
+    # The same rows as CSV (the export's header), priced per row at a fraction of paging.
+    as_csv = await served.client.get(f"/paper/{HUB}/inbound.csv", params={"as_of": at})
+    table = list(csv.reader(io.StringIO(as_csv.text)))
+    assert table[0] == list(EDGE_FIELDS) and [r[2] for r in table[1:]] == [e[2] for e in expected]
+    requested = int(as_csv.headers["x-cost-requested"])
+    paging = 0  # what GraphQL charged for the same list, page by page
+    after = None
+    while True:
+        body = await served.graphql(PAGE, {"id": HUB, "after": after, "at": at})
+        paging += body["extensions"]["cost"]["requested"]
+        if not body["data"]["paper"]["inbound"]["pageInfo"]["hasNextPage"]:
+            break
+        after = body["data"]["paper"]["inbound"]["pageInfo"]["endCursor"]
+    assert len(expected) <= requested <= paging / 5, (requested, paging)
+    if bulk.parquet_available():
+        import pyarrow.parquet as pq
+
+        parquet = await served.client.get(f"/paper/{HUB}/inbound.parquet", params={"as_of": at})
+        read = pq.read_table(io.BytesIO(parquet.content))
+        assert read.column_names == list(EDGE_FIELDS) and read.column("observation_id").to_pylist() == \
+            [e[2] for e in expected]
+
+
+async def test_the_bulk_route_refuses_what_it_cannot_answer(hub_graph):
+    served, _, ordinary = hub_graph
+    for path, status, words in ((f"/paper/{HUB}/inbound.xml", 404, "inbound.ndjson"),
+                                ("/paper/9912.99999/outbound.ndjson", 404, "no paper"),
+                                ("/paper/not-an-id/inbound.ndjson", 400, "arXiv"),
+                                (f"/paper/{HUB}/inbound.csv?as_of=yesterday", 400, "")):
+        response = await served.client.get(path, headers={"accept": "application/json"})
+        assert response.status_code == status, (path, response.text)
+        assert words in response.text
+    outbound = await served.client.get(f"/paper/{ordinary[0]}/outbound.ndjson")
+    assert outbound.status_code == 200
+    rows = [line for line in outbound.text.splitlines()]
+    body = await served.graphql('query($id: String!) { paper(arxivId: $id) { outbound { totalCount } } }',
+                                {"id": ordinary[0]})
+    assert len(rows) == body["data"]["paper"]["outbound"]["totalCount"]

@@ -351,6 +351,68 @@ retracted, with the source and time of every fact. Every record is a canonical, 
             "X-Truncated": "true" if found.truncated else "false",
             "Cache-Control": "public, max-age=86400" if pinned else CACHE_RECORD})
 
+    async def bulk_list(request: Request) -> Response:
+        """A paper's whole inbound or outbound list (app.bulk), governed here: the ticket is held, and
+        the charge settled to the rows sent, until the last byte has gone (or the client has)."""
+        from starlette.responses import StreamingResponse
+
+        from app import bulk
+
+        direction = request.url.path.rsplit("/", 1)[1].split(".", 1)[0]
+        format = request.path_params["format"]
+        governor = app.governor
+        try:
+            client = await app.identify(request.scope)
+        except Unauthenticated as exc:
+            return error_for(request, 401, str(exc))
+        try:
+            arxiv_id, as_of, pinned = _arguments(request)
+        except BadRequest as exc:
+            return error_for(request, 400, exc.message)
+        if format not in bulk.formats():
+            missing = " (Parquet needs pyarrow on the server)" if format == "parquet" else ""
+            return error_for(request, 404, f"no list format {format!r}{missing}; use "
+                             + ", ".join(f"{direction}.{f}" for f in bulk.formats()))
+        session = app.session()
+        ticket = None
+        try:
+            known = await session.fetch("SELECT 1 FROM paper_snapshots WHERE arxiv_id = $1 AND observed_at <= $2 "
+                                        "LIMIT 1", arxiv_id, as_of)
+            if not known:
+                return error_for(request, 404, f"no paper {arxiv_id} is known as of {record.as_of_text(as_of)}")
+            price = bulk.price(await bulk.sized(session, arxiv_id, direction))
+            try:
+                ticket = await governor.admit(client, price.points, price.units)
+            except RateLimited as exc:
+                response = error_for(request, 429, str(exc))
+                response.headers["Retry-After"] = str(exc.status.retry_after)
+                return response
+        finally:
+            if ticket is None:
+                await session.close()
+
+        async def body() -> Any:
+            rows = 0
+            try:
+                encoder = bulk.Encoder(format)
+                async for batch in bulk.edges(session, arxiv_id, direction, as_of):
+                    rows += len(batch)
+                    yield encoder.batch(batch)
+                yield encoder.close()
+            finally:
+                await session.close()
+                governor.settle(ticket, bulk.price(rows).points)
+
+        name = f"{direction}-{arxiv_id.replace('/', '_')}-{record.as_of_text(as_of).replace(':', '')}.{format}"
+        response = StreamingResponse(body(), media_type=bulk.MEDIA_TYPES[format], headers={
+            "Content-Disposition": f'attachment; filename="{name}"',
+            "X-As-Of": record.as_of_text(as_of),
+            "X-Cost-Requested": str(price.units), "X-Cost-Points": str(price.points),
+            "Cache-Control": "public, max-age=86400" if pinned else CACHE_RECORD})
+        for header, value in rate_limit_headers(governor.status(client)):
+            response.headers[header.decode()] = value.decode()
+        return response
+
     return [
         Route("/", handled(home, PRICES["search"])),
         # A walk's papers and edges, at most (priced as GraphQL prices neighbourhood).
@@ -359,6 +421,9 @@ retracted, with the source and time of every fact. Every record is a canonical, 
         Route("/paper/{arxiv_id:path}/citation-record.json", handled(record_json)),
         Route("/paper/{arxiv_id:path}/citation-record", handled(record_html)),
         Route("/paper/{arxiv_id:path}/integrity", handled(integrity)),
+        # A paper's whole citation list, streamed (app.bulk; governed inside, per row).
+        Route("/paper/{arxiv_id:path}/inbound.{format}", bulk_list),
+        Route("/paper/{arxiv_id:path}/outbound.{format}", bulk_list),
         Route("/paper/{arxiv_id:path}", handled(paper_page)),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
