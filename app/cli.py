@@ -15,7 +15,7 @@ from pathlib import Path
 
 import asyncpg
 
-from app.db.pool import connect
+from app.db.pool import Session, connect
 from app.settings import Settings, redact_url
 
 log = logging.getLogger("pith")
@@ -289,14 +289,12 @@ def command_statement_timeout_ms() -> int:
     return Settings.from_env().statement_timeout_ms if given else 0
 
 
-def command_session(conn: asyncpg.Connection) -> "Session":
+def command_session(conn: asyncpg.Connection) -> Session:
     """One read-only snapshot for a command's reads (export, dump), bounded as command_statement_timeout_ms says."""
-    from app.db.pool import Session
-
     return Session.from_connection(conn, command_statement_timeout_ms(), CLIENT_CHECK)
 
 
-async def _record_bytes(session: "Session", arxiv_ids: list[str], as_of: datetime,
+async def _record_bytes(session: Session, arxiv_ids: list[str], as_of: datetime,
                         uncapped: bool) -> list[bytes | None]:
     """Canonical records of several papers, read in the session's snapshot (six statements in all)."""
     from app import record

@@ -15,6 +15,7 @@ is `otlp` (OTLP over HTTP, OTEL_EXPORTER_OTLP_* say where), `console` or both; O
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 ENABLING = ("OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
@@ -53,13 +54,13 @@ def provider_from_env(env: dict[str, str] | None = None) -> Any | None:
     return provider
 
 
-def excluded_urls(env: dict[str, str] | None = None) -> Any:
+def excluded_urls(env: Mapping[str, str] | None = None) -> Any:
     """What the ASGI middleware leaves untraced, as the ExcludeList it takes (every release of the
     [otel] extra's range takes that; only recent ones also parse a string themselves)."""
     from opentelemetry.util.http import parse_excluded_urls
 
-    env = os.environ if env is None else env
-    extra = env.get("OTEL_PYTHON_ASGI_EXCLUDED_URLS") or env.get("OTEL_PYTHON_EXCLUDED_URLS") or ""
+    given: Mapping[str, str] = os.environ if env is None else env
+    extra = given.get("OTEL_PYTHON_ASGI_EXCLUDED_URLS") or given.get("OTEL_PYTHON_EXCLUDED_URLS") or ""
     return parse_excluded_urls(",".join(part for part in (UNTRACED, extra) if part))
 
 
