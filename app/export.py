@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import IO, Any, Final, NamedTuple
 from xml.sax.saxutils import escape as _escape, quoteattr as _quoteattr
 
-from loaders.rows import latest_retracts
+from loaders.rows import retracted_by
 
 FORMATS: Final = ("csv", "graphml", "ndjson", "parquet")
 MEDIA_TYPES: Final = {"csv": "application/zip", "graphml": "application/graphml+xml",
@@ -300,11 +300,11 @@ def paper_node(paper: Any) -> Node:
 
 
 def cited_work_retracted(state: str, standing: Any) -> bool:
-    """The rule of `citesRetracted`: a measured notice whose latest retraction, withdrawal or
-    reinstatement event is a retraction or withdrawal."""
+    """The rule of `citesRetracted`: a measured notice whose deciding event (loaders.rows.retracted_by)
+    is a retraction or withdrawal."""
     if state != "measured" or standing is None:
         return False
-    return latest_retracts([event.event_type for event in standing.events])  # ordered by observed_at
+    return retracted_by(standing.events)  # the events standing at the instant
 
 
 def paper_edge(obs: Any, standing: dict[Any, Any]) -> Edge:

@@ -19,7 +19,7 @@ from uuid import UUID
 from loaders.base import Db, at_param
 from loaders.citations import MAY_BE_RETRACTED, VISIBLE, retracted_sql
 from loaders.papers import PAPER_COLUMNS, paper_from
-from loaders.rows import PaperSnapshot, WorkSnapshot
+from loaders.rows import PaperSnapshot, WorkSnapshot, stands_sql
 from loaders.works import snapshot_from
 
 _LATEST_PAPER: Final = """NOT EXISTS (SELECT 1 FROM paper_snapshots AS n WHERE n.arxiv_id = s.arxiv_id
@@ -121,8 +121,8 @@ async def browse_papers(db: Db, as_of: datetime, first: int, order: str, categor
 # $4 event source (works with such an event by the instant); $5 the cursor's work id.
 _LATEST_WORK: Final = """NOT EXISTS (SELECT 1 FROM work_snapshots AS n WHERE n.work_id = w.work_id
                      AND n.observed_at > w.observed_at AND n.observed_at <= $AS)"""
-_HAS_EVENT: Final = """($3::text IS NULL AND $4::text IS NULL OR w.work_id IN (
-        SELECT e.work_id FROM work_events AS e WHERE e.observed_at <= $AS
+_HAS_EVENT: Final = f"""($3::text IS NULL AND $4::text IS NULL OR w.work_id IN (
+        SELECT e.work_id FROM work_events AS e WHERE {stands_sql("e")}
            AND ($3::text IS NULL OR e.event_type = $3::text) AND ($4::text IS NULL OR e.source = $4::text)))"""
 
 

@@ -87,6 +87,17 @@ ch AS (
            jsonb_build_object('eventType', upper(e.event_type), 'source', e.source)
     FROM work_events AS e JOIN by_work AS b USING (work_id)
     WHERE e.observed_at > $2 AND e.observed_at <= $3 AND {_LINKED.format(fact='e')}
+    UNION ALL  -- an event its source no longer reports (the standing rule): it stands no more from the check on
+    SELECT 'STANDING_EVENT', x.ended_at, b.observation_id,
+           jsonb_build_object('eventType', e.event_type, 'source', e.source, 'observedAt', e.observed_at,
+                              'reportedAt', e.reported_at, 'noticeDoi', e.notice_doi),
+           NULL, jsonb_build_object('eventType', upper(e.event_type), 'source', e.source, 'standing', true),
+           jsonb_build_object('eventType', upper(e.event_type), 'source', e.source, 'standing', false,
+                              'endedAt', x.ended_at)
+    FROM work_event_ends AS x JOIN work_events AS e USING (work_id, source, event_type, observed_at)
+    JOIN by_work AS b USING (work_id)
+    WHERE x.ended_at > $2 AND x.ended_at <= $3 AND EXISTS (SELECT 1 FROM work_snapshots AS ws
+          WHERE ws.work_id = x.work_id AND ws.observed_at <= x.ended_at)
     UNION ALL
     SELECT 'STANDING_CHECKED', x.observed_at, b.observation_id, NULL, NULL, NULL,
            jsonb_build_object('source', x.source)

@@ -15,7 +15,7 @@ from uuid import UUID
 from loaders.base import Db, at_param, charge, scanned
 from loaders.papers import paper_from
 from loaders.rows import (RETRACTING, STANDING_DECIDING, UNRESOLVED, Observation, PaperSnapshot, Resolution,
-                          WorkSnapshot, sql_list, event_order_sql)
+                          WorkSnapshot, deciding_order_sql, sql_list, stands_sql)
 
 # $AS is the instant's parameter number in each statement below.
 _LATEST_STATUS: Final = """coalesce((
@@ -31,9 +31,10 @@ _LATEST_STATUS: Final = """coalesce((
 # has a snapshot), at the instant $AS.
 VISIBLE: Final = "o.visible_from <= $AS"
 
-# A cited work counts as retracted when it is linked (has a snapshot) at the instant and the latest of
-# its retraction, withdrawal and reinstatement events at the instant is a retraction or withdrawal. Its
-# notice is then measured: the database records every event with its source's receipt (migration 0009).
+# A cited work counts as retracted when it is linked (has a snapshot) at the instant and, of its events
+# standing at the instant, the retraction, withdrawal or reinstatement that happened last is a retraction
+# or withdrawal (the standing rule, loaders.rows). Its notice is then measured: the database records every
+# event with its source's receipt (migration 0009).
 def retracted_sql(work: str) -> str:
     """The rule, as an SQL condition on the work id expression `work` at the instant $AS (the same for a
     reference's cited work, citesRetracted, and a listed work, works(filter: {retracted: ...}))."""
@@ -44,9 +45,9 @@ def retracted_sql(work: str) -> str:
             SELECT e.event_type IN """ + sql_list(RETRACTING) + """
             FROM work_events AS e
             WHERE e.work_id = """ + work + """
-              AND e.observed_at <= $AS
+              AND """ + stands_sql("e") + """
               AND e.event_type IN """ + sql_list(STANDING_DECIDING) + """
-            ORDER BY """ + event_order_sql("e", descending=True) + """
+            ORDER BY """ + deciding_order_sql("e", descending=True) + """
             LIMIT 1), false))"""
 
 

@@ -15,7 +15,7 @@ from typing import Any, AsyncIterator, Final, Sequence
 import asyncpg
 
 from app.export import Edge, Node, paper_node_id, reference_node_id, work_node_id, z_text
-from loaders.rows import RETRACTING, STANDING_DECIDING, event_order_sql, sql_list
+from loaders.rows import RETRACTING, STANDING_DECIDING, deciding_order_sql, event_order_sql, sql_list, stands_sql
 
 PREFETCH: Final = 5000
 
@@ -24,16 +24,16 @@ _FACTS: Final = """
 papers_known AS (SELECT DISTINCT arxiv_id FROM paper_snapshots WHERE observed_at <= $1),
 works_known AS (SELECT DISTINCT work_id FROM work_snapshots WHERE observed_at <= $1),
 checked AS (SELECT DISTINCT work_id FROM standing_receipts WHERE observed_at <= $1),
-standing_events AS (
+standing_events AS (  -- the standing rule (loaders.rows): the deciding event of each work
     SELECT DISTINCT ON (work_id) work_id, event_type IN """ + sql_list(RETRACTING) + """ AS retracted
-    FROM work_events
-    WHERE observed_at <= $1 AND event_type IN """ + sql_list(STANDING_DECIDING) + """
-    ORDER BY work_id, """ + event_order_sql(descending=True) + """
+    FROM work_events AS e
+    WHERE """ + stands_sql("e", "$1") + """ AND event_type IN """ + sql_list(STANDING_DECIDING) + """
+    ORDER BY work_id, """ + deciding_order_sql("e", descending=True) + """
 ),
 latest_events AS (  -- the last of each work's notice events
     SELECT DISTINCT ON (work_id) work_id, event_type, source, reported_at, observed_at
-    FROM work_events
-    WHERE observed_at <= $1
+    FROM work_events AS e
+    WHERE """ + stands_sql("e", "$1") + """
     ORDER BY work_id, """ + event_order_sql(descending=True) + """
 ),
 latest_status AS (

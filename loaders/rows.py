@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Iterable
 from uuid import UUID
 
 STATUSES: tuple[str, ...] = (
@@ -41,27 +42,64 @@ def sql_list(values: tuple[str, ...]) -> str:
     return "(" + ", ".join(f"'{v}'" for v in values) + ")"
 
 
-# The order of a work's events, wherever it matters (the notice's list, "the latest deciding event"):
-# when observed, then source, then when the source says it happened, then type. Events one import
-# observes at one instant (a Retraction Watch file: an expression of concern, then the retraction) are
-# thus in the order they happened.
-EVENT_ORDER: tuple[str, ...] = ("observed_at", "source", "reported_at", "event_type")
+# The standing rule (docs/standing.md), in one place: every reader of a work's standing (the notice,
+# citesRetracted, Work.retracted, works(filter:), recordDiff, the timeline, subscriptions, the exports)
+# takes its SQL and its order from here.
+#
+# 1. An event stands at an instant T when it was observed by T and no later check of its source by T
+#    ended it (work_event_ends: the source checked the work again and no longer reported it).
+# 2. Of the standing retraction, withdrawal and reinstatement events, the one that happened last decides:
+#    ordered by when it happened (reported_at; an event its source gives no date happened by the time it
+#    was first observed), then source, then when it was observed, then type.
+# 3. The notice lists the standing events in the order the v1 record documents: when observed, then
+#    source (then reported_at and type, so the list has one order).
+
+NOTICE_ORDER: tuple[str, ...] = ("observed_at", "source", "reported_at", "event_type")
+DECIDING_ORDER: tuple[str, ...] = ("happened", "source", "observed_at", "event_type")
+EVENT_ORDER = NOTICE_ORDER  # (the name readers used before the two orders were told apart)
+
+
+def happened_sql(alias: str = "") -> str:
+    """When an event happened, as an SQL expression (rule 2)."""
+    prefix = f"{alias}." if alias else ""
+    return f"coalesce({prefix}reported_at, {prefix}observed_at)"
 
 
 def event_order_sql(alias: str = "", descending: bool = False) -> str:
-    """EVENT_ORDER as an ORDER BY list (descending: its exact reverse)."""
+    """NOTICE_ORDER as an ORDER BY list (descending: its exact reverse)."""
     prefix = f"{alias}." if alias else ""
     parts = []
-    for column in EVENT_ORDER:
+    for column in NOTICE_ORDER:
         nulls = (" NULLS LAST" if descending else " NULLS FIRST") if column == "reported_at" else ""
         parts.append(f"{prefix}{column}{' DESC' if descending else ''}{nulls}")
     return ", ".join(parts)
 
 
-def latest_retracts(event_types: list[str] | tuple[str, ...]) -> bool:
-    """Whether the latest deciding event of a work (events in observation order) is a retraction or withdrawal."""
-    deciding = [e for e in event_types if e in STANDING_DECIDING]
-    return bool(deciding) and deciding[-1] in RETRACTING
+def deciding_order_sql(alias: str = "", descending: bool = False) -> str:
+    """DECIDING_ORDER as an ORDER BY list (descending: the deciding event first)."""
+    prefix = f"{alias}." if alias else ""
+    direction = " DESC" if descending else ""
+    columns = {"happened": happened_sql(alias)}
+    return ", ".join(f"{columns.get(c, prefix + c)}{direction}" for c in DECIDING_ORDER)
+
+
+def stands_sql(alias: str, at: str = "$AS") -> str:
+    """Rule 1 as an SQL condition on the work_events row `alias` at the instant `at`."""
+    return (f"({alias}.observed_at <= {at} AND NOT EXISTS (SELECT 1 FROM work_event_ends AS x "
+            f"WHERE x.work_id = {alias}.work_id AND x.source = {alias}.source AND x.event_type = {alias}.event_type "
+            f"AND x.observed_at = {alias}.observed_at AND x.ended_at <= {at}))")
+
+
+def deciding_key(event: "Event") -> tuple:
+    """DECIDING_ORDER of one event (rule 2)."""
+    happened = event.reported_at if event.reported_at is not None else event.observed_at
+    return (happened, event.source, event.observed_at, event.event_type)
+
+
+def retracted_by(events: "Iterable[Event]") -> bool:
+    """Rule 2 over the standing events of one work: the deciding event is a retraction or withdrawal."""
+    deciding = [e for e in events if e.event_type in STANDING_DECIDING]
+    return bool(deciding) and max(deciding, key=deciding_key).event_type in RETRACTING
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +189,7 @@ class Standing:
     """What the standing sources say of one work at the instant."""
 
     receipts: tuple[Receipt, ...] = ()  # latest per source, ordered by source
-    events: tuple[Event, ...] = ()  # ordered by observed_at, then source
+    events: tuple[Event, ...] = ()  # those standing at the instant, in NOTICE_ORDER
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,5 @@
-"""What standing sources say of works as of an instant: latest receipt per source, and events."""
+"""What standing sources say of works as of an instant: latest receipt per source, and the events standing
+(the standing rule, loaders.rows)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any, Final, Sequence
 from uuid import UUID
 
 from loaders.base import Db, at_param
-from loaders.rows import Event, Receipt, Standing
+from loaders.rows import Event, Receipt, Standing, stands_sql
 
 # Receipts (latest per work and source) and events in one statement: a notice needs both.
 STANDING_TEMPLATE: Final = """
@@ -24,9 +25,9 @@ UNION ALL
 SELECT 'event', e.work_id, e.source, e.observed_at, e.event_type, e.reported_at, e.notice_doi
 FROM work_events AS e
 WHERE e.work_id = ANY($1::uuid[])
-  AND e.observed_at <= $AS
+  AND """ + stands_sql("e") + """
 ORDER BY 1 DESC, 2, 4, 3, 6 NULLS FIRST, 5
-"""  # receipts, then events (rows.EVENT_ORDER: observed_at, source, reported_at, event_type), per work
+"""  # receipts, then the standing events (rows.NOTICE_ORDER: observed_at, source, reported_at, event_type), per work
 STANDING_BY_WORK_ID: Final = at_param(STANDING_TEMPLATE, 2)
 
 

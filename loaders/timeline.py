@@ -70,7 +70,10 @@ FACTS: Final = "\nUNION ALL\n".join(
     [f"SELECT '{kind}' AS kind, observed_at AS at, {obs}::uuid AS observation_id, {work}::uuid AS work_id, "
      f"{paper}::text AS arxiv_id FROM {table} WHERE {rows} AND observed_at > $2 AND observed_at <= $3"
      for kind, table, obs, work, paper, rows in _IN_WINDOW]
-    + ["SELECT 'FIRST_PAPER', min(observed_at), NULL, NULL, arxiv_id FROM paper_snapshots "
+    # An event's end (the standing rule): a change of its work's standing at the check that ended it.
+    + ["SELECT 'STANDING_EVENT', ended_at, NULL, work_id, NULL FROM work_event_ends "
+       "WHERE work_id = ANY($5::uuid[]) AND ended_at > $2 AND ended_at <= $3",
+       "SELECT 'FIRST_PAPER', min(observed_at), NULL, NULL, arxiv_id FROM paper_snapshots "
        "WHERE arxiv_id = ANY($1::text[]) GROUP BY arxiv_id",
        "SELECT 'FIRST_WORK', min(observed_at), NULL, work_id, NULL FROM work_snapshots "
        "WHERE work_id = ANY($5::uuid[]) GROUP BY work_id"])

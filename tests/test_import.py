@@ -237,3 +237,41 @@ async def test_documents_at_two_instants_merge(conn):
     # Receipts re-observed on 9 August are kept beside those of 4 August.
     crossref = await conn.fetch("SELECT observed_at FROM standing_receipts WHERE source = 'crossref' ORDER BY 1")
     assert len(crossref) == 2
+
+
+def with_event(observed_at: str) -> dict:
+    """The seed with a Retraction Watch correction on the work its inbound observations cite (every notice of
+    the work shows it), digests recomputed: only the event's instant is under test."""
+    doc = seed()
+    event = {"event_type": "correction", "notice_doi": "10.9999/c.1", "observed_at": observed_at,
+             "reported_at": "2026-07-01T00:00:00+00:00", "source": "retraction_watch"}
+    for o in doc["inbound"]:
+        notice = o["standing_notice"]
+        if notice["state"] == "measured":
+            notice["events"] = [event]
+            notice["observation"] = notice["observation"].replace("No event found", "1 event found")
+    return redigest(doc)
+
+
+async def test_a_document_whose_event_has_no_receipt_of_its_source_then_is_refused(empty_database, tmp_path):
+    from tests.conftest import StatementLog, serve
+
+    conn = await asyncpg.connect(empty_database)
+    try:
+        # Retraction Watch's latest receipt in the notices is 2026-08-04T06:33:57.428241: an event after it
+        # would need a receipt the document does not show.
+        bad = await rejected(conn, write(tmp_path, "late.json", with_event("2026-08-04T12:00:00+00:00")))
+        assert ".standing_notice.events[0].observed_at" in str(bad)
+        assert "needs a receipt of retraction_watch at that instant" in str(bad)
+        assert "the standing rule" in str(bad) and "2026-08-04T06:33:57.428241+00:00" in str(bad)
+        # One observed at the latest receipt, or before it, is what the store keeps: it loads and comes back.
+        for name, at in (("at.json", "2026-08-04T06:33:57.428241+00:00"), ("before.json", "2026-08-01T00:00:00+00:00")):
+            doc = with_event(at)
+            await load_file(conn, write(tmp_path, name, doc))
+            async for served in serve(empty_database, StatementLog()):
+                response = await served.client.get("/paper/2402.15627/citation-record.json",
+                                                   params={"as_of": doc["as_of"]})
+                assert response.content == record.canonical(doc).encode(), name
+            await conn.execute("TRUNCATE work_event_ends, work_events CASCADE")
+    finally:
+        await conn.close()

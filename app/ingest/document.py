@@ -337,6 +337,18 @@ def _observation(obj: Any, path: str, facts: Facts, standing: dict[UUID, dict]) 
                 reported_at=_off(e, "reported_at", p, nullable=True),
                 notice_doi=_str(e, "notice_doi", p, nullable=True),
             )
+            # The store keeps every event with its source's receipt at the event's instant (migration 0009),
+            # and a notice shows each source's latest receipt: one earlier than the event, or none, is a
+            # record the store could not have made, and would serve back with other receipts.
+            shown = next((r for r in receipts if isinstance(r, dict) and r.get("source") == event.source), None)
+            shown_at = _off(shown, "observed_at", p) if shown is not None else None
+            if shown_at is None or shown_at < event.observed_at:
+                raise DocumentError(
+                    f"{p}.observed_at",
+                    f"an event of {event.source} observed at {record.offset_time(event.observed_at)} needs a receipt "
+                    f"of {event.source} at that instant (the standing rule: an event stands with its source's "
+                    f"receipt), but the notice's latest receipt of {event.source} is "
+                    + (record.offset_time(shown_at) if shown_at is not None else "absent"))
             key = (work_id, event.source, event.event_type, event.observed_at)
             facts.add("events", key, (event.reported_at, event.notice_doi), p)
             known["events"][key] = event

@@ -333,13 +333,11 @@ class Importer:
             # Temporary tables have no statistics until analyzed: without them the merge's joins against
             # the stage are planned as nested loops (minutes at a few hundred thousand rows).
             await self.conn.execute("; ".join(f"ANALYZE stage_{t.name}" for t in TABLES))
-            # An event already on record (the same notice, reported the same day) is not news: it keeps the
-            # instant it was first seen; the receipt says it was seen again.
-            await self.conn.execute(
-                "DELETE FROM stage_work_events AS s USING work_events AS e WHERE e.work_id = s.work_id "
-                "AND e.source = s.source AND e.event_type = s.event_type AND e.observed_at < s.observed_at "
-                "AND e.reported_at IS NOT DISTINCT FROM s.reported_at AND e.notice_doi IS NOT DISTINCT FROM s.notice_doi")
+            # This check of the source, among its others of the same works (before or after it: snapshots
+            # arrive in any order), decides where each event's run of reports begins and ends.
+            await reconcile_events(self.conn, self.name, self.at)
             self.summary.facts_added = await self.loader.finish()
+            self.summary.facts_added += await write_event_ends(self.conn, self.name)
         self.summary.seconds = time.monotonic() - started
         if self.progress is not None:
             print("", file=self.progress)  # the progress line ends
@@ -636,6 +634,94 @@ class Importer:
                                           r.title, r.year)
             facts.resolutions[(oid, self.at)] = ("verified_exact" if work_id else "unresolved",
                                                  self.name if work_id else None)
+
+
+# --- the standing rule's runs ---------------------------------------------------------------------
+#
+# A standing source's checks of a work are its receipts; each check reports a set of events (an event's
+# identity: its type, reported_at and notice). What one check reports is what is stored as standing at
+# that instant (loaders.rows.stands_sql), so the stored facts are runs: an event row at the first check of
+# each run of consecutive checks that report it, and an end (work_event_ends) at the first check after the
+# run that does not. An import adds one check per work it reports on; the runs of those works are
+# recomputed from every check of the source, set-based, so a snapshot imported after a later one gives the
+# facts the two give in date order. Imported in date order, nothing stored changes: runs only grow, end,
+# or begin at the new check. (A v1 document's events keep their rows: its later receipts report them.)
+
+_RUN_STATEMENTS = (
+    # The works whose runs may change: checked by this import, with events of the source stored or staged.
+    """CREATE TEMP TABLE run_works (work_id uuid PRIMARY KEY) ON COMMIT DROP;
+    CREATE TEMP TABLE run_checks (work_id uuid, at timestamptz, n bigint, PRIMARY KEY (work_id, n)) ON COMMIT DROP;
+    CREATE TEMP TABLE run_reports (work_id uuid, at timestamptz, n bigint, event_type text, reported_at timestamptz,
+                                   notice_doi text) ON COMMIT DROP;
+    CREATE TEMP TABLE run_runs (work_id uuid, event_type text, started timestamptz, reported_at timestamptz,
+                                notice_doi text, ended_at timestamptz) ON COMMIT DROP""",
+    """INSERT INTO run_works SELECT DISTINCT r.work_id FROM stage_standing_receipts AS r
+    WHERE r.source = $1 AND (EXISTS (SELECT 1 FROM stage_work_events AS s WHERE s.work_id = r.work_id AND s.source = $1)
+                             OR EXISTS (SELECT 1 FROM work_events AS e WHERE e.work_id = r.work_id AND e.source = $1))""",
+    # Every check of those works by the source, numbered in time order.
+    """INSERT INTO run_checks SELECT work_id, at, row_number() OVER (PARTITION BY work_id ORDER BY at) AS n FROM (
+        SELECT r.work_id, r.observed_at AS at FROM standing_receipts AS r JOIN run_works USING (work_id)
+        WHERE r.source = $1
+        UNION SELECT work_id, $2::timestamptz FROM run_works) AS c""",
+    # What each check reported: the events stored as standing then, and at this import's instant what it stages.
+    """INSERT INTO run_reports SELECT DISTINCT work_id, at, n, event_type, reported_at, notice_doi FROM (
+        SELECT c.work_id, c.at, c.n, e.event_type, e.reported_at, e.notice_doi
+        FROM run_checks AS c JOIN work_events AS e ON e.work_id = c.work_id AND e.source = $1 AND e.observed_at <= c.at
+        WHERE NOT EXISTS (SELECT 1 FROM work_event_ends AS x WHERE x.work_id = e.work_id AND x.source = e.source
+                          AND x.event_type = e.event_type AND x.observed_at = e.observed_at AND x.ended_at <= c.at)
+          -- (at this import's instant, only a check already stored then: the same snapshot imported again)
+          AND (c.at <> $2::timestamptz OR EXISTS (SELECT 1 FROM standing_receipts AS r WHERE r.work_id = c.work_id
+                                                  AND r.source = $1 AND r.observed_at = c.at))
+        UNION ALL
+        SELECT s.work_id, c.at, c.n, s.event_type, s.reported_at, s.notice_doi
+        FROM stage_work_events AS s JOIN run_checks AS c ON c.work_id = s.work_id AND c.at = $2::timestamptz
+        WHERE s.source = $1) AS r""",
+    # Runs of consecutive checks reporting the same event (gaps and islands), and the check that ends each.
+    """INSERT INTO run_runs SELECT DISTINCT ON (u.work_id, u.event_type, u.started)
+           u.work_id, u.event_type, u.started, u.reported_at, u.notice_doi, nx.at AS ended_at
+    FROM (SELECT work_id, event_type, reported_at, notice_doi, min(at) AS started, max(n) AS last_n
+          FROM (SELECT r.*, r.n - row_number() OVER (PARTITION BY r.work_id, r.event_type, r.reported_at, r.notice_doi
+                                                      ORDER BY r.at) AS grp
+                FROM run_reports AS r) AS g
+          GROUP BY work_id, event_type, reported_at, notice_doi, grp) AS u
+    LEFT JOIN run_checks AS nx ON nx.work_id = u.work_id AND nx.n = u.last_n + 1
+    ORDER BY u.work_id, u.event_type, u.started, u.reported_at DESC NULLS LAST""",
+    "ANALYZE run_works; ANALYZE run_checks; ANALYZE run_reports; ANALYZE run_runs",
+    # Stored events that no run begins with any more (only when a check arrived between two stored ones),
+    # their ends with them; stored ends that are not a run's.
+    """DELETE FROM work_events AS e USING run_works AS w
+    WHERE e.work_id = w.work_id AND e.source = $1
+      AND NOT EXISTS (SELECT 1 FROM run_runs AS u WHERE u.work_id = e.work_id AND u.event_type = e.event_type
+                      AND u.started = e.observed_at AND u.reported_at IS NOT DISTINCT FROM e.reported_at
+                      AND u.notice_doi IS NOT DISTINCT FROM e.notice_doi)""",
+    """DELETE FROM work_event_ends AS x USING run_works AS w
+    WHERE x.work_id = w.work_id AND x.source = $1
+      AND NOT EXISTS (SELECT 1 FROM run_runs AS u WHERE u.work_id = x.work_id AND u.event_type = x.event_type
+                      AND u.started = x.observed_at AND u.ended_at = x.ended_at)""",
+    # The stage holds the runs' events not yet stored.
+    """DELETE FROM stage_work_events AS s USING run_works AS w WHERE s.work_id = w.work_id AND s.source = $1""",
+    """INSERT INTO stage_work_events (work_id, source, event_type, observed_at, reported_at, notice_doi, origin)
+    SELECT u.work_id, $1, u.event_type, u.started, u.reported_at, u.notice_doi, 'this import''s check'
+    FROM run_runs AS u
+    WHERE NOT EXISTS (SELECT 1 FROM work_events AS e WHERE e.work_id = u.work_id AND e.source = $1
+                      AND e.event_type = u.event_type AND e.observed_at = u.started)""",
+)
+
+
+async def reconcile_events(conn: asyncpg.Connection, source: str, at: datetime) -> None:
+    """Recompute the runs of the works this import checks (before the stage is merged)."""
+    for statement in _RUN_STATEMENTS:
+        args = (source, at) if "$2" in statement else (source,) if "$1" in statement else ()
+        await conn.execute(statement, *args)
+
+
+async def write_event_ends(conn: asyncpg.Connection, source: str) -> int:
+    """The runs' ends (after the merge: an end names its event, which may be one this import added)."""
+    status = await conn.execute(
+        "INSERT INTO work_event_ends (work_id, source, event_type, observed_at, ended_at) "
+        "SELECT work_id, $1, event_type, started, ended_at FROM run_runs WHERE ended_at IS NOT NULL "
+        "ORDER BY work_id, event_type, started ON CONFLICT DO NOTHING", source)
+    return int(status.split()[-1])
 
 
 def work_id_of_doi(name: str) -> Any:

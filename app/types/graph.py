@@ -21,7 +21,7 @@ from app.types.resolution import Resolution
 from app.types.standing import StandingNotice
 from loaders.base import STANDING_UNITS, charge
 from loaders.dataloaders import CountRequest, PageRequest
-from loaders.rows import Observation, PaperSnapshot, WorkSnapshot, latest_retracts
+from loaders.rows import Observation, PaperSnapshot, WorkSnapshot, retracted_by
 
 if TYPE_CHECKING:
     from app.types.record import CitationRecord
@@ -98,13 +98,13 @@ class Work(Node):
         return StandingNotice.of_work(self.key, standing)
 
     @strawberry.field(description=(
-        "Whether the latest of the work's retraction, withdrawal and reinstatement events by the instant is a "
-        "retraction or withdrawal (the rule behind citesRetracted)."))
+        "Whether, of the work's retraction, withdrawal and reinstatement events standing at the instant, the one "
+        "that happened last is a retraction or withdrawal (the standing rule behind citesRetracted, docs/standing.md)."))
     async def retracted(self, info: Info) -> bool:
         if self.key is None:
             return False
         standing = await info.context.loaders(self.as_of).standing.load(self.key)
-        return latest_retracts([e.event_type for e in standing.events]) if standing is not None else False
+        return retracted_by(standing.events) if standing is not None else False
 
     @strawberry.field(description="Each source's latest citation count of the work at the instant, by source.")
     async def external_citation_measurements(self, info: Info) -> list[ExternalCitationMeasurement]:
