@@ -59,6 +59,8 @@ CROSSREF_RELATIONS = {"is-retracted-by": "retraction", "has-retraction": "retrac
 # Sources that check a work's standing: their receipt says the work was looked at (OpenCitations and
 # the arXiv metadata say nothing of standing).
 STANDING_SOURCES = ("crossref", "retraction_watch", "openalex")
+# Sources that describe a work only when no snapshot of it (or none with a title) is there at their instant.
+FALLBACK_DESCRIBERS = ("retraction_watch", "opencitations")
 # Staged facts of one import with the same key: which one stands (app.ingest.store stages every batch).
 DEDUPE = (("work_events", "work_id, source, event_type, observed_at", "reported_at DESC NULLS LAST, ctid DESC"),
           ("work_snapshots", "work_id, observed_at", "ctid DESC"),
@@ -105,6 +107,7 @@ class Summary:
     records: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
     facts_added: int = 0
+    linked: int = 0  # references kept unlinked by an earlier import, linked by this one
     seconds: float = 0.0
 
     def skip(self, why: str) -> None:
@@ -115,7 +118,9 @@ class Summary:
         detail = "; ".join(f"{n} {why}" for why, n in sorted(self.skipped.items()))
         rate = self.records / self.seconds if self.seconds else self.records
         return (f"{self.source}: {self.records} records, {self.facts_added} facts added, {skipped} skipped"
-                + (f" ({detail})" if detail else "") + f" in {self.seconds:.2f}s ({rate:.0f} records/s)")
+                + (f" ({detail})" if detail else "")
+                + (f", {self.linked} kept references linked" if self.linked else "")
+                + f" in {self.seconds:.2f}s ({rate:.0f} records/s)")
 
 
 class Broken(Exception):
@@ -323,7 +328,21 @@ class Importer:
                     "INSERT INTO stage_standing_receipts (work_id, source, observed_at, origin) "
                     "SELECT DISTINCT work_id, $1::text, $2::timestamptz, 'the whole Retraction Watch database' "
                     "FROM work_snapshots WHERE doi IS NOT NULL AND observed_at <= $2::timestamptz", self.name, self.at)
+                await self.conn.execute("INSERT INTO whole_source_checks VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                                        self.name, self.at)
             await self.loader.flush()
+            # A source that describes a work only when nothing else does (Retraction Watch, OpenCitations) did
+            # so at a later instant than this import's description: date order would not have, so it goes.
+            await self.conn.execute(
+                "DELETE FROM work_snapshots AS w USING stage_work_snapshots AS s WHERE w.work_id = s.work_id "
+                "AND w.observed_at > s.observed_at AND w.metadata_source = any($1::text[]) "
+                "AND (s.title IS NOT NULL OR w.title IS NULL)", list(FALLBACK_DESCRIBERS))
+            # Works described by this import were also checked by every whole-database check since.
+            await self.conn.execute(
+                "INSERT INTO stage_standing_receipts (work_id, source, observed_at, origin) "
+                "SELECT DISTINCT s.work_id, c.source, c.observed_at, 'the whole ' || c.source || ' database' "
+                "FROM stage_work_snapshots AS s JOIN whole_source_checks AS c ON c.observed_at >= s.observed_at "
+                "WHERE s.doi IS NOT NULL")
             # A DOI met again in a later batch (rows of one paper apart in the file, a work listed twice):
             # one fact per key, the latest-reported event and the last description read.
             for table, key, order in DEDUPE:
@@ -335,6 +354,7 @@ class Importer:
             await self.conn.execute("; ".join(f"ANALYZE stage_{t.name}" for t in TABLES))
             # This check of the source, among its others of the same works (before or after it: snapshots
             # arrive in any order), decides where each event's run of reports begins and ends.
+            await observed_again(self.conn, self.name)
             await reconcile_events(self.conn, self.name, self.at)
             self.summary.facts_added = await self.loader.finish()
             self.summary.facts_added += await write_event_ends(self.conn, self.name)
@@ -522,6 +542,7 @@ class Importer:
             await self._spill_openalex()
             if final:
                 await self._openalex_references()
+                await self._link_kept_references()
         if self.references:
             await self._references(facts)
         await self._stage(facts)
@@ -534,13 +555,16 @@ class Importer:
 
     async def _works(self, dois: list[str]) -> dict[str, list[tuple[uuid.UUID, Any]]]:
         """Every work with each DOI (any case), with its latest snapshot; a new one where there is none."""
+        # What a work is at this import's instant: its latest snapshot by then (None before its first), so a
+        # snapshot imported after a later one describes the work as date order would have.
         rows = await self.conn.fetch(
-            "SELECT DISTINCT ON (w.work_id) lower(w.doi) AS doi, w.work_id, w.arxiv_id, w.pith_arxiv_id, "
-            "w.title, w.venue, w.year FROM work_snapshots AS w WHERE lower(w.doi) = any($1::text[]) "
-            "ORDER BY w.work_id, w.observed_at DESC", dois)
+            "SELECT k.doi, k.work_id, s.observed_at, s.arxiv_id, s.pith_arxiv_id, s.title, s.venue, s.year "
+            "FROM (SELECT DISTINCT lower(doi) AS doi, work_id FROM work_snapshots WHERE lower(doi) = any($1::text[])) AS k "
+            "LEFT JOIN LATERAL (SELECT * FROM work_snapshots AS w WHERE w.work_id = k.work_id AND w.observed_at <= $2 "
+            "ORDER BY w.observed_at DESC LIMIT 1) AS s ON true ORDER BY k.work_id", dois, self.at)
         found: dict[str, list[tuple[uuid.UUID, Any]]] = {}
         for row in rows:
-            found.setdefault(row["doi"], []).append((row["work_id"], row))
+            found.setdefault(row["doi"], []).append((row["work_id"], row if row["observed_at"] is not None else None))
         for doi in dois:
             if doi not in found:
                 found[doi] = [(work_id_of_doi(doi), None)]
@@ -549,7 +573,9 @@ class Importer:
 
     def _work_facts(self, facts: Facts, work_id: uuid.UUID, doi: str, report: WorkReport, latest: Any) -> None:
         at, source = self.at, self.name
-        describe = report.snapshot or latest is None
+        # A work is described by a source that describes works, or by any source that names it when it has no
+        # snapshot yet, or no title (Retraction Watch's row title fills a work OpenCitations made).
+        describe = report.snapshot or latest is None or (latest["title"] is None and report.title is not None)
         if describe:
             arxiv_id = arxiv_id_of_doi(doi)
             keep = latest if latest is not None else {}
@@ -590,11 +616,44 @@ class Importer:
             if not rows:
                 return
             after = (rows[-1]["citing"], rows[-1]["idx"])
+            # What OpenAlex printed is the referenced work's id (shown while the reference is unlinked): the
+            # same whichever snapshot observed the reference first.
             self.references = [Reference(r["citing"], r["idx"], f"openalex:{r['citing']}:{r['ref']}", r["doi"],
-                                         r["title"] if r["doi"] else r["ref"], r["year"]) for r in rows]
+                                         r["ref"], None) for r in rows]
             facts = Facts()
             await self._references(facts)
             await self._stage(facts)
+
+    async def _link_kept_references(self) -> None:
+        """References an earlier import kept unlinked (their OpenAlex id as the printed title), whose work this
+        import describes: linked now, with a resolution at this instant (their earlier ones stay)."""
+        after = PgUUID(bytes(16))
+        while True:
+            rows = await self.conn.fetch(
+                "SELECT o.observation_id, w.doi FROM openalex_works AS w JOIN citation_observations AS o "
+                "ON o.printed_title = w.wid AND o.work_id IS NULL AND o.source = 'openalex' "
+                "WHERE w.doi IS NOT NULL AND o.observation_id > $1 AND NOT EXISTS (SELECT 1 FROM "
+                "stage_citation_observations AS s WHERE s.observation_id = o.observation_id) "
+                "ORDER BY o.observation_id LIMIT $2", after, BATCH)
+            if not rows:
+                return
+            after = rows[-1]["observation_id"]
+            dois = list({r["doi"] for r in rows if r["doi"] not in self.known_work_ids})
+            if dois:
+                await self._works(dois)
+            links = [(r["observation_id"], self.known_work_ids[r["doi"]][0][0], arxiv_id_of_doi(r["doi"]))
+                     for r in rows]
+            await self.conn.execute(
+                "UPDATE citation_observations AS o SET work_id = x.work_id, "
+                "cited_arxiv_id = coalesce(o.cited_arxiv_id, x.cited) "
+                "FROM unnest($1::uuid[], $2::uuid[], $3::text[]) AS x(observation_id, work_id, cited) "
+                "WHERE o.observation_id = x.observation_id",
+                [r[0] for r in links], [r[1] for r in links], [r[2] for r in links])
+            facts = Facts()
+            for oid, _, _ in links:
+                facts.resolutions[(oid, self.at)] = ("verified_exact", self.name)
+            await self._stage(facts)
+            self.summary.linked += len(links)
 
     async def _references(self, facts: Facts) -> None:
         """Citation observations of arXiv papers: OpenAlex's referenced works, OpenCitations' rows whose
@@ -722,6 +781,39 @@ async def write_event_ends(conn: asyncpg.Connection, source: str) -> int:
         "SELECT work_id, $1, event_type, started, ended_at FROM run_runs WHERE ended_at IS NOT NULL "
         "ORDER BY work_id, event_type, started ON CONFLICT DO NOTHING", source)
     return int(status.split()[-1])
+
+
+# A reference observed again (a refresh, or a snapshot imported after a later one) is the same observation:
+# it keeps its id and is first observed at the earliest instant any import saw it (its parse, as date order
+# would have stored it); a link it did not have is added; its resolution is recorded at each instant.
+_OBSERVED_AGAIN = (
+    """UPDATE citation_observations AS o
+    SET source_observed_at = s.source_observed_at, reference_index = s.reference_index,
+        cited_arxiv_id = coalesce(o.cited_arxiv_id, s.cited_arxiv_id), work_id = coalesce(o.work_id, s.work_id),
+        printed_title = s.printed_title, printed_year = s.printed_year,
+        visible_from = CASE WHEN pith_first_snapshot(o.citing_arxiv_id) IS NOT NULL
+                            THEN greatest(s.source_observed_at, pith_first_snapshot(o.citing_arxiv_id)) END
+    FROM stage_citation_observations AS s
+    WHERE s.observation_id = o.observation_id AND s.source_observed_at < o.source_observed_at""",
+    """UPDATE citation_observations AS o
+    SET work_id = s.work_id, cited_arxiv_id = coalesce(o.cited_arxiv_id, s.cited_arxiv_id)
+    FROM stage_citation_observations AS s
+    WHERE s.observation_id = o.observation_id AND o.work_id IS NULL AND s.work_id IS NOT NULL""",
+    # A reference linked by an earlier check stays linked when this one did not meet its work.
+    """UPDATE stage_resolutions AS r SET status = 'verified_exact', resolver_source = p.resolver_source
+    FROM citation_observations AS o, resolutions AS p
+    WHERE o.observation_id = r.observation_id AND o.work_id IS NOT NULL AND r.status = 'unresolved'
+      AND p.observation_id = r.observation_id AND p.status = 'verified_exact'
+      AND p.observed_at = (SELECT max(q.observed_at) FROM resolutions AS q WHERE q.observation_id = r.observation_id
+                           AND q.observed_at < r.observed_at AND q.status = 'verified_exact')""",
+    """DELETE FROM stage_citation_observations AS s USING citation_observations AS o
+    WHERE o.observation_id = s.observation_id""",
+)
+
+
+async def observed_again(conn: asyncpg.Connection, source: str) -> None:
+    for statement in _OBSERVED_AGAIN:
+        await conn.execute(statement)
 
 
 def work_id_of_doi(name: str) -> Any:

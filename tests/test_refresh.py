@@ -1,0 +1,220 @@
+"""Monthly refreshes are ordinary imports: the same records at a later instant are the same facts observed
+again, in whatever order the snapshots and sources arrive. The real records of tests/data/sources are used
+where they serve; the rest (Retraction Watch rows, monthly variants of works) are constructed in the
+published layouts, as tests/data/sources/README.md says."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import random
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from tests.conftest import StatementLog, drop_database, sample_database, serve
+from tests.test_sources import DATA, PAPER, facts, imported, rw_csv
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+REAL = json.loads((DATA / "openalex-W2755950973.json").read_text())
+OTHER = {"id": "https://openalex.org/W2741809807", "doi": "https://doi.org/10.1000/other.7", "title": "Another work",
+         "publication_year": 2017, "cited_by_count": 4}  # constructed
+ARXIV_WORK = {"id": "https://openalex.org/W9000000003", "doi": None, "title": "MegaScale", "publication_year": 2024,
+              "cited_by_count": 11, "locations": [{"landing_page_url": "https://arxiv.org/abs/2402.15627v1"}],
+              "referenced_works": ["https://openalex.org/W2741809807", REAL["id"]]}  # constructed
+OUTBOUND = """query($at: DateTime) { paper(arxivId: "%s", asOf: $at) { outbound(first: 10) { nodes { observationId source
+  referenceIndex sourceObservedAt resolution { status observedAt } citedWork { doi title } } } } }""" % PAPER
+
+
+def jsonl(path: Path, *works: dict) -> str:
+    path.write_text("".join(json.dumps(w) + "\n" for w in works))
+    return str(path)
+
+
+async def openalex_outbound(served, at: str) -> list[tuple]:
+    body = await served.graphql(OUTBOUND, {"at": at})
+    assert "errors" not in body, body
+    return [(n["referenceIndex"], n["citedWork"]["doi"], n["resolution"]["status"], n["sourceObservedAt"],
+             n["observationId"]) for n in body["data"]["paper"]["outbound"]["nodes"] if n["source"] == "openalex"]
+
+
+async def test_openalex_refreshes_and_kept_references_link_when_their_works_arrive(admin_url, tmp_path):
+    url = await sample_database(admin_url, "pith_test_refresh_oa")
+    t1, t2, t3 = "2026-09-01T00:00:00Z", "2026-10-01T00:00:00Z", "2026-11-01T00:00:00Z"
+    try:
+        async for served in serve(url, StatementLog()):
+            imported(url, "openalex", jsonl(tmp_path / "m1.jsonl", ARXIV_WORK), at=t1)
+            first = await openalex_outbound(served, t1)
+            assert [(i, doi, status) for i, doi, status, _, _ in first] == [
+                (1, None, "UNRESOLVED"), (2, None, "UNRESOLVED")]
+            # The referenced works arrive by themselves a month later: the kept references link to them.
+            summary = imported(url, "openalex", jsonl(tmp_path / "m2.jsonl", REAL, OTHER), at=t2)
+            assert "2 kept references linked" in summary, summary
+            second = await openalex_outbound(served, t2)
+            assert [(i, doi, status, seen) for i, doi, status, seen, _ in second] == [
+                (1, "10.1000/other.7", "VERIFIED_EXACT", t1), (2, "10.1103/physrevlett.118.091101", "VERIFIED_EXACT", t1)]
+            assert [o[4] for o in second] == [o[4] for o in first]  # the same observations
+            assert await openalex_outbound(served, t1) == first  # nothing earlier rewritten
+            # The monthly snapshot: the citing work and its references together, again.
+            together = jsonl(tmp_path / "m3.jsonl", ARXIV_WORK, REAL, OTHER)
+            imported(url, "openalex", together, at=t3)
+            third = await openalex_outbound(served, t3)
+            assert [(o[0], o[1], o[2], o[3], o[4]) for o in third] == [(o[0], o[1], o[2], o[3], o[4]) for o in second]
+            before = await facts(url)
+            imported(url, "openalex", together, at=t3)  # the same snapshot at its own instant adds nothing
+            assert await facts(url) == before
+    finally:
+        await drop_database(admin_url, url)
+
+
+async def test_opencitations_refreshes(admin_url, tmp_path):
+    url = await sample_database(admin_url, "pith_test_refresh_oc")
+    path = tmp_path / "oc.csv"
+    rows = (DATA / "opencitations-citations_data.csv").read_text().splitlines()
+    # A constructed row in the same layout: an arXiv paper of the sample citing a real cited DOI of the file.
+    rows.append('"0-1","10.48550/arxiv.2402.15627","10.1002/jrs.5302","2024-02","P1Y","no","no"')
+    path.write_text("\n".join(rows) + "\n")
+    try:
+        async for served in serve(url, StatementLog()):
+            imported(url, "opencitations", str(path), at="2026-09-01T00:00:00Z")
+            imported(url, "opencitations", str(path), at="2026-10-01T00:00:00Z")
+            body = await served.graphql("""{ work(doi: "10.1002/jrs.5302", asOf: "2026-10-01T00:00:00Z") {
+              externalCitationMeasurements { source count observedAt } inbound(first: 5) { totalCount
+              nodes { sourceObservedAt resolution { observedAt } } } } }""")
+            work = body["data"]["work"]
+            assert work["externalCitationMeasurements"] == [
+                {"source": "opencitations", "count": 2, "observedAt": "2026-10-01T00:00:00Z"}]
+            assert [(n["sourceObservedAt"], n["resolution"]["observedAt"]) for n in work["inbound"]["nodes"]] == [
+                ("2026-09-01T00:00:00Z", "2026-10-01T00:00:00Z")]
+    finally:
+        await drop_database(admin_url, url)
+
+
+# --- three monthly snapshots of every source, imported in date order and shuffled -------------------------
+
+MONTHS = ("2026-09", "2026-10", "2026-11")
+SOURCE_HOURS = {"arxiv": 1, "retraction-watch": 2, "crossref": 3, "openalex": 4, "opencitations": 5}
+ARXIV_DOI = "10.48550/arxiv.2402.15627"
+
+
+def instant(month: int, source: str) -> str:
+    return f"{MONTHS[month]}-01T{SOURCE_HOURS[source]:02d}:00:00Z"
+
+
+def snapshots(tmp_path: Path) -> list[tuple[str, str, str]]:
+    """(source, instant, file) of each monthly snapshot: the real records, varied month to month in the ways
+    real snapshots vary (rows added and withdrawn, a flag flipped, a reference list grown)."""
+    out = []
+    arxiv_lines = (DATA / "arxiv-metadata-snapshot-0704.0001-0100.jsonl").read_text().splitlines()
+    oc_rows = (DATA / "opencitations-citations_data.csv").read_text().splitlines()
+    for m in range(3):
+        # arXiv: the first 40 records, ten more each month; one gains a version in the third.
+        records = [json.loads(line) for line in arxiv_lines[:40 + 10 * m]]
+        if m == 2:
+            records[0]["versions"].append({"version": "v9", "created": "Mon, 2 Nov 2026 10:00:00 GMT"})
+        out.append(("arxiv", instant(m, "arxiv"), jsonl(tmp_path / f"arxiv-{m}.jsonl", *records)))
+        # Retraction Watch (constructed): a retraction, a reinstatement in the second month only, another
+        # paper's expression of concern becoming a retraction.
+        rows = [{"Title": "MegaScale", "RetractionDate": "9/3/2025 0:00", "RetractionDOI": "10.9999/r.1",
+                 "OriginalPaperDOI": ARXIV_DOI, "RetractionNature": "Retraction"},
+                {"Title": "Back again", "Journal": "J", "RetractionDate": "1/5/2021 0:00", "RetractionDOI": "10.9999/e.2",
+                 "OriginalPaperDOI": "10.1000/back.9", "RetractionNature": "Expression of concern"}]
+        if m == 1:
+            rows.append({"Title": "MegaScale", "RetractionDate": "4/4/2026 0:00", "RetractionDOI": "10.9999/b.1",
+                         "OriginalPaperDOI": ARXIV_DOI, "RetractionNature": "Reinstatement"})
+        if m >= 1:
+            rows.append({"Title": "Back again", "Journal": "J", "RetractionDate": "2/2/2022 0:00",
+                         "RetractionDOI": "10.9999/r.2", "OriginalPaperDOI": "10.1000/back.9",
+                         "RetractionNature": "Retraction"})
+        path = tmp_path / f"rw-{m}.csv"
+        path.write_text(rw_csv(rows))
+        out.append(("retraction-watch", instant(m, "retraction-watch"), str(path)))
+        # Crossref: the real 2025-layout works every month, and a constructed record of the retracted paper
+        # stating its old retraction from the second month on.
+        import gzip
+        works = [json.loads(line) for line in gzip.open(DATA / "crossref-2025.jsonl.gz").read().decode().splitlines()
+                 if line.strip()]
+        if m >= 1:
+            works.append({"DOI": "10.1000/back.9", "title": ["Back again"], "container-title": ["J"],
+                          "issued": {"date-parts": [[2019]]}, "type": "journal-article", "is-referenced-by-count": m,
+                          "updated-by": [{"type": "retraction", "DOI": "10.9999/cr.9", "source": "publisher",
+                                          "updated": {"date-time": "2019-06-01T00:00:00Z"}}]})
+        out.append(("crossref", instant(m, "crossref"), jsonl(tmp_path / f"crossref-{m}.jsonl", *works)))
+        # OpenAlex: the real work every month, the other referenced work from the second; the arXiv work's
+        # is_retracted true in the first month only.
+        arxiv_work = {**ARXIV_WORK, "is_retracted": m == 0, "cited_by_count": 11 + m}
+        oa = [arxiv_work, REAL] + ([OTHER] if m >= 1 else [])
+        out.append(("openalex", instant(m, "openalex"), jsonl(tmp_path / f"openalex-{m}.jsonl", *oa)))
+        # OpenCitations: the real rows, and a constructed row of the arXiv paper citing the retracted paper
+        # from the second month.
+        rows_oc = oc_rows[:4 + 2 * m] + (['"0-2","10.48550/arxiv.2402.15627","10.1000/back.9","2024","P1Y","no","no"']
+                                         if m >= 1 else [])
+        path = tmp_path / f"oc-{m}.csv"
+        path.write_text("\n".join(rows_oc) + "\n")
+        out.append(("opencitations", instant(m, "opencitations"), str(path)))
+    return out
+
+
+ASKED = """query($at: DateTime) {
+  works(asOf: $at, first: 100) { nodes { doi title venue year metadataSource retracted
+    standing { state events { eventType source observedAt reportedAt noticeDoi } sourceReceipts { source observedAt } }
+    externalCitationMeasurements { source count observedAt } inbound(first: 20) { totalCount } } }
+  papers(arxivIds: ["0704.0001", "0704.0002", "0704.0045", "2402.15627"], asOf: $at) { arxivId title latestVersion
+    lastUpdated doi } }"""
+
+
+async def every_answer(served, at: str) -> list:
+    body = await served.graphql(ASKED, {"at": at})
+    assert "errors" not in body, body
+    record = await served.client.get(f"/paper/{PAPER}/citation-record.json", params={"as_of": at})
+    assert record.status_code == 200
+    return [body["data"], record.text]
+
+
+def first_difference(a, b, path="$") -> str:
+    if isinstance(a, str) and isinstance(b, str) and a.startswith("{") and b.startswith("{"):
+        a, b = json.loads(a), json.loads(b)
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b)):
+            if a.get(key) != b.get(key):
+                return first_difference(a.get(key), b.get(key), f"{path}.{key}")
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b)):
+            if x != y:
+                return first_difference(x, y, f"{path}[{i}]")
+    return f"{path}: date order {json.dumps(a)[:400]}, here {json.dumps(b)[:400]}"
+
+
+async def test_every_source_in_any_order_gives_what_date_order_gives(admin_url, tmp_path):
+    files = snapshots(tmp_path)
+    dated = sorted(files, key=lambda f: f[1])
+    instants = sorted({f[1] for f in files}) + ["2026-12-01T00:00:00Z"]
+    orders = {"date order": dated}
+    for seed in (1, 2):
+        shuffled = list(files)
+        random.Random(seed).shuffle(shuffled)
+        orders[f"shuffled {seed}"] = shuffled
+    found: dict[str, list] = {}
+    for name, order in orders.items():
+        url = await sample_database(admin_url, "pith_test_refresh_all")
+        try:
+            for source, at, path in order:
+                imported(url, source, path, at=at)
+            async for served in serve(url, StatementLog()):
+                found[name] = [await every_answer(served, at) for at in instants]
+        finally:
+            await drop_database(admin_url, url)
+    for name in orders:
+        for at, expected, got in zip(instants, found["date order"], found[name]):
+            assert got == expected, f"{name} differs at {at}: {first_difference(expected, got)}"
+    # The cases the snapshots were built for answer as they should, in date order (and so in any).
+    by_month = dict(zip(instants, found["date order"]))
+    works = {w["doi"]: w for w in by_month[instant(1, "opencitations")][0]["works"]["nodes"]}
+    assert works[ARXIV_DOI]["retracted"] is False  # reinstated in the second month (after the 2025 retraction)
+    assert works["10.1000/back.9"]["retracted"] is True
+    assert works["10.1000/back.9"]["title"] == "Back again"
+    later = {w["doi"]: w for w in by_month["2026-12-01T00:00:00Z"][0]["works"]["nodes"]}
+    assert later[ARXIV_DOI]["retracted"] is True  # the reinstatement row withdrawn in the third month
