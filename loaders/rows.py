@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Iterable
 from uuid import UUID
 
 STATUSES: tuple[str, ...] = (
@@ -90,13 +90,13 @@ def stands_sql(alias: str, at: str = "$AS") -> str:
             f"AND x.observed_at = {alias}.observed_at AND x.ended_at <= {at}))")
 
 
-def deciding_key(event: "Event") -> tuple:
+def deciding_key(event: Event) -> tuple:
     """DECIDING_ORDER of one event (rule 2)."""
     happened = event.reported_at if event.reported_at is not None else event.observed_at
     return (happened, event.source, event.observed_at, event.event_type)
 
 
-def retracted_by(events: "Iterable[Event]") -> bool:
+def retracted_by(events: Iterable[Event]) -> bool:
     """Rule 2 over the standing events of one work: the deciding event is a retraction or withdrawal."""
     deciding = [e for e in events if e.event_type in STANDING_DECIDING]
     return bool(deciding) and max(deciding, key=deciding_key).event_type in RETRACTING

@@ -348,7 +348,7 @@ def _observation(obj: Any, path: str, facts: Facts, standing: dict[UUID, dict]) 
                     f"an event of {event.source} observed at {record.offset_time(event.observed_at)} needs a receipt "
                     f"of {event.source} at that instant (the standing rule: an event stands with its source's "
                     f"receipt), but the notice's latest receipt of {event.source} is "
-                    + (record.offset_time(shown_at) if shown_at is not None else "absent"))
+                    + (record.offset_time(shown_at) or "absent"))
             key = (work_id, event.source, event.event_type, event.observed_at)
             facts.add("events", key, (event.reported_at, event.notice_doi), p)
             known["events"][key] = event

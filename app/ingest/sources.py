@@ -559,7 +559,8 @@ class Importer:
         # snapshot imported after a later one describes the work as date order would have.
         rows = await self.conn.fetch(
             "SELECT k.doi, k.work_id, s.observed_at, s.arxiv_id, s.pith_arxiv_id, s.title, s.venue, s.year "
-            "FROM (SELECT DISTINCT lower(doi) AS doi, work_id FROM work_snapshots WHERE lower(doi) = any($1::text[])) AS k "
+            "FROM (SELECT DISTINCT lower(doi) AS doi, work_id FROM work_snapshots "
+            "WHERE lower(doi) = any($1::text[])) AS k "
             "LEFT JOIN LATERAL (SELECT * FROM work_snapshots AS w WHERE w.work_id = k.work_id AND w.observed_at <= $2 "
             "ORDER BY w.observed_at DESC LIMIT 1) AS s ON true ORDER BY k.work_id", dois, self.at)
         found: dict[str, list[tuple[uuid.UUID, Any]]] = {}
@@ -715,7 +716,8 @@ _RUN_STATEMENTS = (
     CREATE TEMP TABLE run_runs (work_id uuid, event_type text, started timestamptz, reported_at timestamptz,
                                 notice_doi text, ended_at timestamptz) ON COMMIT DROP""",
     """INSERT INTO run_works SELECT DISTINCT r.work_id FROM stage_standing_receipts AS r
-    WHERE r.source = $1 AND (EXISTS (SELECT 1 FROM stage_work_events AS s WHERE s.work_id = r.work_id AND s.source = $1)
+    WHERE r.source = $1 AND (EXISTS (SELECT 1 FROM stage_work_events AS s
+                                     WHERE s.work_id = r.work_id AND s.source = $1)
                              OR EXISTS (SELECT 1 FROM work_events AS e WHERE e.work_id = r.work_id AND e.source = $1))""",
     # Every check of those works by the source, numbered in time order.
     """INSERT INTO run_checks SELECT work_id, at, row_number() OVER (PARTITION BY work_id ORDER BY at) AS n FROM (

@@ -99,7 +99,8 @@ class Work(Node):
 
     @strawberry.field(description=(
         "Whether, of the work's retraction, withdrawal and reinstatement events standing at the instant, the one "
-        "that happened last is a retraction or withdrawal (the standing rule behind citesRetracted, docs/standing.md)."))
+        "that happened last is a retraction or withdrawal (the standing rule behind citesRetracted, "
+        "docs/standing.md)."))
     async def retracted(self, info: Info) -> bool:
         if self.key is None:
             return False
