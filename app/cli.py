@@ -500,7 +500,7 @@ async def _keys(dsn: str, args: argparse.Namespace) -> int:
                 print(f"error: no active key named {args.name!r} (see `pith-graph keys list`)", file=sys.stderr)
                 return 1
             print(f"revoked key {args.name!r}: servers refuse it within "
-                  f"{governor.KEY_CACHE_SECONDS:.0f} s (at once on those that have not seen it)")
+                  f"{governor.KEY_CACHE_SECONDS:.0f} s")
     finally:
         await conn.close()
     return 0

@@ -14,7 +14,7 @@ from loaders.dataloaders import Loaders
 
 @dataclass
 class Context:
-    session: Session
+    session: Session | None  # None until the operation starts: app.pipeline.OperationSession opens it
     now: datetime = field(default_factory=now_as_of)
     _loaders: dict[datetime, Loaders] = field(default_factory=dict)
     cost: dict = field(default_factory=dict)
@@ -26,7 +26,9 @@ class Context:
     deadline_seconds: float | None = None  # PITH_REQUEST_TIMEOUT; None: no deadline
     deadline_at: float | None = None  # the event loop's clock when it passes
     connection_params: Any = None  # a WebSocket's connection_init payload (Strawberry sets it)
-    deadline_each_operation: bool = False  # a WebSocket's context: the deadline restarts with each operation
+    # A connection's context (a WebSocket's, an HTTP stream's): each operation runs in a copy of its own
+    # (for_operation), with its own session, loaders, instant, charge and deadline.
+    per_connection: bool = False
 
     def __post_init__(self) -> None:
         if self.deadline_at is None:
@@ -42,6 +44,13 @@ class Context:
         if self.deadline_at is None:
             return None
         return max(0.0, self.deadline_at - asyncio.get_running_loop().time())
+
+    def for_operation(self, session: Session) -> "Context":
+        """The context of one operation on a connection: who asks, and everything else its own."""
+        from dataclasses import replace
+
+        return replace(self, session=session, now=now_as_of(), _loaders={}, cost={}, ticket=None,
+                       deadline_at=None, per_connection=False)
 
     def renew(self, session: Session) -> None:
         """A fresh session and instant: a subscription resolves each event as of when it is sent."""

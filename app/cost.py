@@ -519,10 +519,16 @@ def by_identity(fn: Any) -> Any:
 
 
 @by_identity
-def _validated(schema: Any, document: Any, rules: tuple) -> list[GraphQLError]:
-    from strawberry.schema.schema import validate_document
+def _validated(schema: Any, document: Any, rules: tuple, hide_suggestions: bool = False) -> list[GraphQLError]:
+    """graphql-core's validation; `hide_suggestions` (production) leaves every "Did you mean" out, and the
+    work of finding one (a name's distance to every name it could have been)."""
+    from graphql import validate
+    from strawberry.schema.validation_rules.maybe_null import MaybeNullValidationRule
+    from strawberry.schema.validation_rules.one_of import OneOfInputValidationRule
 
-    return validate_document(schema, document, rules)
+    # Strawberry's validate_document, with graphql-core's hide_suggestions.
+    return validate(schema, document, (*rules, MaybeNullValidationRule, OneOfInputValidationRule),
+                    hide_suggestions=hide_suggestions)
 
 
 @by_identity

@@ -2,8 +2,9 @@
 
 - A client is its API key (`Authorization: Bearer <secret>`; on WebSockets also the `connection_init`
   payload's `authorization`) or else its IP address. The peer's address is used unless it is one of
-  PITH_TRUSTED_PROXIES (addresses or networks), in which case the nearest untrusted address of
-  `Forwarded` (RFC 7239) or `X-Forwarded-For` counts.
+  PITH_TRUSTED_PROXIES (addresses or networks), in which case the nearest untrusted address of the one
+  header the proxies set (PITH_PROXY_HEADER: `X-Forwarded-For`, the default, or RFC 7239 `Forwarded`)
+  counts, read from its right end. The address is computed once per request (Governor.address_of).
 - Budgets follow GitHub's model: an operation is charged its price in points (app.cost.Price.points)
   before it runs; one that would pass the budget of the current clock hour does not run (429,
   RATE_LIMITED, Retry-After). After it ran, the difference between its price and the work it did is
@@ -27,7 +28,7 @@ import secrets
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 from uuid import UUID, uuid4
 
 import asyncpg
@@ -35,8 +36,8 @@ import asyncpg
 from app.limits import HEAVY_COST, HEAVY_PER_CLIENT, HEAVY_SLOTS
 
 KEY_PREFIX = "pith_"
-KEY_CACHE_SECONDS = 30.0  # a revoked key stops working within this on a server that has seen it
-UNKNOWN_KEY_CACHE_SECONDS = 5.0
+KEY_CACHE_SECONDS = 30.0  # a revoked key stops working within this
+KEY_MISS_SECONDS = 0.5  # an unknown key re-reads the keys at most this often per process
 CHUNK_FRACTION = 20  # a claim takes at least 1/20 of the hour's budget
 WINDOW_SECONDS = 3600
 
@@ -138,25 +139,37 @@ def _address(text: str) -> str | None:
         return None
 
 
-def forwarded_chain(headers: dict[bytes, bytes]) -> list[str]:
-    """The addresses a request passed through, nearest last: RFC 7239 Forwarded, else X-Forwarded-For."""
-    forwarded = headers.get(b"forwarded")
-    hops: list[str] = []
-    if forwarded is not None:
-        for element in forwarded.decode("latin-1").split(","):
+PROXY_HEADERS = ("x-forwarded-for", "forwarded")  # what PITH_PROXY_HEADER may name
+
+
+def forwarded_chain(headers: Any, header: bytes = b"x-forwarded-for") -> list[str | None]:
+    """The addresses a request passed through, nearest last, from the one header the proxies set
+    (PITH_PROXY_HEADER): X-Forwarded-For, or RFC 7239 Forwarded (its `for=` parameters). Every line of
+    that header counts, in order (two lines are one comma-joined list); any other header is ignored, so
+    a client's own `Forwarded` cannot pass through a proxy that sets X-Forwarded-For."""
+    items = headers.items() if isinstance(headers, dict) else headers
+    text = ",".join(v.decode("latin-1") for n, v in items if n == header)
+    if not text:
+        return []
+    if header == b"forwarded":
+        hops = []
+        for element in text.split(","):
+            found = None
             for pair in element.split(";"):
                 name, _, value = pair.partition("=")
                 if name.strip().lower() == "for":
-                    hops.append(value)
+                    found = value
+            hops.append(found if found is not None else "")
     else:
-        xff = headers.get(b"x-forwarded-for")
-        if xff is not None:
-            hops = xff.decode("latin-1").split(",")
-    return [a for a in (_address(h) for h in hops)]  # type: ignore[misc]
+        hops = text.split(",")
+    return [_address(h) for h in hops]
 
 
-def client_address(peer: str | None, headers: dict[bytes, bytes], trusted: tuple[Network, ...]) -> str:
-    """The client's address: the peer, or past trusted proxies the nearest address they were given."""
+def client_address(peer: str | None, headers: Any, trusted: tuple[Network, ...],
+                   header: bytes = b"x-forwarded-for") -> str:
+    """The client's address, by the one rule: the peer, unless it is a trusted proxy; then, walking the
+    proxies' header from its right end (the hop nearest us), the first address that is not a trusted
+    proxy (what a client wrote itself is further left, and never reached past an untrusted hop)."""
     address = peer or "unknown"
 
     def is_trusted(value: str) -> bool:
@@ -168,7 +181,7 @@ def client_address(peer: str | None, headers: dict[bytes, bytes], trusted: tuple
 
     if not trusted or not is_trusted(address):
         return address
-    for hop in reversed(forwarded_chain(headers)):
+    for hop in reversed(forwarded_chain(headers, header)):
         if hop is None:
             return address  # a hop we cannot read: stop at the last proxy we trust
         if not is_trusted(hop):
@@ -234,11 +247,15 @@ class Budgets:
         if lease.spent + points <= lease.claimed:
             lease.spent += points
             return
+        if lease.total >= lease.limit:
+            # Every point of the hour is claimed (by this process or others): refused from memory, no
+            # statement (a client looping past its budget costs the database nothing).
+            raise RateLimited(self.status(client), points)  # type: ignore[arg-type]
         lock = self._locks.setdefault(client.id, asyncio.Lock())
         async with lock:
             lease = self._lease(client)
             need = lease.spent + points - lease.claimed
-            if need > 0:
+            if need > 0 and lease.total < lease.limit:
                 chunk = max(need, -(-lease.limit // CHUNK_FRACTION))
                 granted, total = await self._claim(client.id, lease.window, chunk, lease.limit)
                 lease.claimed += granted
@@ -280,14 +297,22 @@ class Ticket:
 
 class Governor:
     def __init__(self, pool: Callable[[], asyncpg.Pool | None], *, anonymous_points_per_hour: int | None,
-                 trusted_proxies: tuple[Network, ...] = (), heavy_slots: int = HEAVY_SLOTS) -> None:
+                 trusted_proxies: tuple[Network, ...] = (), heavy_slots: int = HEAVY_SLOTS,
+                 proxy_header: str = "x-forwarded-for") -> None:
         self.pool = pool
         self.anonymous_points_per_hour = anonymous_points_per_hour or None
         self.trusted = trusted_proxies
+        if proxy_header.lower() not in PROXY_HEADERS:
+            raise ValueError(f"PITH_PROXY_HEADER: {proxy_header!r} is not one of {', '.join(PROXY_HEADERS)} (the one "
+                             "header your proxies set; the server reads no other)")
+        self.proxy_header = proxy_header.lower().encode("latin-1")
         self.budgets = Budgets(pool)
         self.heavy = asyncio.Semaphore(max(1, heavy_slots))
         self._per_client: dict[str, asyncio.Semaphore] = {}
-        self._keys: dict[bytes, tuple[float, asyncpg.Record | None]] = {}
+        self._key_table: dict[bytes, asyncpg.Record] | None = None  # every valid key, by digest
+        self._key_table_at = 0.0  # when its read started (monotonic)
+        self._key_lock = asyncio.Lock()
+        self.key_reads = 0  # statements that read the keys (tests read it)
         self._anonymous: dict[str, Client] = {}
 
     def anonymous(self, address: str) -> Client:
@@ -300,21 +325,42 @@ class Governor:
                                                       points_per_hour=self.anonymous_points_per_hour)
         return found
 
+    def address_of(self, scope: dict) -> str:
+        """The client's address for a request (HTTP or WebSocket), computed once and kept in its scope:
+        budgets, heavy slots, WebSocket and persisted-query quotas, logs and the operator check all read
+        this one."""
+        found = scope.get("pith.address")
+        if found is None:
+            peer = scope.get("client")
+            address = peer[0] if peer else None
+            found = client_address(address, scope.get("headers") or (), self.trusted, self.proxy_header) \
+                if self.trusted else (address or "unknown")
+            scope["pith.address"] = found
+        return found
+
     async def of_scope(self, scope: dict) -> Client:
         """The client of an ASGI request (HTTP or WebSocket); Unauthenticated for a bad key."""
-        peer = scope.get("client")
-        address = peer[0] if peer else None
-        headers = scope.get("headers") or ()
-        if not self.trusted and not any(name == b"authorization" for name, _ in headers):
-            return self.anonymous(address or "unknown")  # the common case, without the header map
-        return await self.identify(address, dict(headers))
+        address = self.address_of(scope)
+        authorization = None
+        for name, value in scope.get("headers") or ():
+            if name == b"authorization":
+                authorization = value.decode("latin-1")
+        if authorization is None:
+            return self.anonymous(address)  # the common case
+        return await self.client_of(address, authorization)
 
     async def identify(self, peer: str | None, headers: dict[bytes, bytes], authorization: str | None = None) -> Client:
-        """The client of a request; Unauthenticated when it names a key that is unknown or revoked."""
-        address = client_address(peer, headers, self.trusted) if self.trusted else (peer or "unknown")
+        """The client of a request from its peer and headers; Unauthenticated when it names a key that is
+        unknown or revoked."""
+        address = client_address(peer, headers, self.trusted, self.proxy_header) if self.trusted \
+            else (peer or "unknown")
         if authorization is None:
             raw = headers.get(b"authorization")
             authorization = raw.decode("latin-1") if raw is not None else None
+        return await self.client_of(address, authorization)
+
+    async def client_of(self, address: str, authorization: str | None) -> Client:
+        """The client an address and an Authorization value are (the address already resolved)."""
         secret = bearer(authorization)
         if secret is None:
             return self.anonymous(address)
@@ -325,20 +371,41 @@ class Governor:
                       points_per_hour=key["points_per_hour"])
 
     async def _key(self, digest: bytes) -> asyncpg.Record | None:
+        """The key with this secret's digest, from memory: every valid key is read in one statement, again
+        every KEY_CACHE_SECONDS (a revoked key stops working within that), and when a digest is not
+        among them, once more, but at most every KEY_MISS_SECONDS per process however many unknown keys
+        arrive (they wait for that read together). So a key created before the request arrived is
+        found, and a flood of random keys costs the database one read every KEY_MISS_SECONDS."""
         now = time.monotonic()
-        found = self._keys.get(digest)
-        if found is not None and found[0] > now:
-            return found[1]
-        pool = self.pool()
-        if pool is None:
-            raise ConnectionError("the database pool is not open")
-        async with pool.acquire(timeout=5) as conn:
-            row = await conn.fetchrow("SELECT key_id, name, points_per_hour FROM api_keys "
-                                      "WHERE secret_sha256 = $1 AND revoked_at IS NULL", digest)
-        if len(self._keys) > 10_000:
-            self._keys.clear()
-        self._keys[digest] = (now + (KEY_CACHE_SECONDS if row is not None else UNKNOWN_KEY_CACHE_SECONDS), row)
-        return row
+        if self._key_table is None or now - self._key_table_at > KEY_CACHE_SECONDS:
+            await self._refresh_keys(now)
+        found = self._key_table.get(digest)  # type: ignore[union-attr]
+        if found is not None:
+            return found
+        asked = time.monotonic()
+        wait = self._key_table_at + KEY_MISS_SECONDS - asked
+        if wait > 0:
+            await asyncio.sleep(wait)
+        if self._key_table_at < asked:  # no read has started since this request asked: start one
+            await self._refresh_keys(asked)
+        return self._key_table.get(digest)  # type: ignore[union-attr]
+
+    async def _refresh_keys(self, asked: float) -> None:
+        """Read every valid key (one reader at a time: a request that arrives while a read is under way
+        waits for the next one, which starts after it arrived)."""
+        async with self._key_lock:
+            if self._key_table is not None and self._key_table_at >= asked:
+                return  # read by another request after this one asked
+            pool = self.pool()
+            if pool is None:
+                raise ConnectionError("the database pool is not open")
+            started = time.monotonic()
+            async with pool.acquire(timeout=5) as conn:
+                rows = await conn.fetch("SELECT secret_sha256, key_id, name, points_per_hour FROM api_keys "
+                                        "WHERE revoked_at IS NULL")
+            self._key_table = {bytes(r["secret_sha256"]): r for r in rows}
+            self._key_table_at = started
+            self.key_reads += 1
 
     async def admit(self, client: Client, points: int, units: int) -> Ticket:
         """Charge the budget, then (for heavy work) wait for a slot; RateLimited when over budget."""

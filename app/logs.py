@@ -38,6 +38,22 @@ def escaped(text: str) -> str:
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
+def url_path(path: str) -> str:
+    """A request's path as a URL writes it: spaces, control characters, quotes and non-ASCII percent-encoded."""
+    from urllib.parse import quote
+
+    return quote(path, safe="/!$&'()*+,;=:@-._~%") or "/"
+
+
+def text_value(value: Any) -> str:
+    """A field's value in a text line: as it is when it is one plain word, else JSON-quoted (escapes
+    included), so it can contain no space, no `=` field of its own and no line end."""
+    text = str(value)
+    if text and text.isprintable() and not any(c in text for c in ' "='):
+        return text
+    return json.dumps(text)
+
+
 class _RequestIdFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         record.request_id = request_id.get()
@@ -71,7 +87,11 @@ class TextFormatter(logging.Formatter):
         record.message = escaped(record.message)
         access = getattr(record, "access", None)
         if access:
-            record.message += "".join(f" {k}={escaped(str(v))}" for k, v in access.items()
+            # The line is space-separated fields: the path as a URL writes it (a space is %20), every
+            # value written so that none can contain a space or pass for another field.
+            record.message = (f"{text_value(access.get('method'))} {url_path(str(access.get('path', '')))} "
+                              f"{access.get('status')} {access.get('duration_ms')}ms")
+            record.message += "".join(f" {k}={text_value(v)}" for k, v in access.items()
                                       if v is not None and k not in ("method", "path", "status", "duration_ms"))
         return super().formatMessage(record)
 

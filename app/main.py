@@ -74,10 +74,13 @@ class RequestIdMiddleware:
                 request_id.reset(token)
             return
 
+        keyed = any(name == b"authorization" for name, _ in scope["headers"])
+
         async def send_with_id(message: dict) -> None:
             if message["type"] == "http.response.start":
                 message.setdefault("headers", [])
-                message["headers"] = list(message["headers"]) + [(b"x-request-id", rid.encode())]
+                headers = list(message["headers"]) + [(b"x-request-id", rid.encode())]
+                message["headers"] = keyed_cache_rule(headers) if keyed else headers
             await send(message)
 
         started = time.monotonic()
@@ -118,15 +121,35 @@ class RequestIdMiddleware:
             request_id.reset(token)
 
 
+def keyed_cache_rule(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The response headers of a request that carried Authorization, on every route: what it says is for
+    its reader alone. A `public` Cache-Control becomes `private` (a shared cache must not keep it), and
+    `Vary: Authorization` tells every cache that another key gets another answer."""
+    out: list[tuple[bytes, bytes]] = []
+    varied = False
+    for name, value in headers:
+        lower = name.lower()
+        if lower == b"cache-control":
+            value = b", ".join(b"private" if part.strip().lower() == b"public" else part.strip()
+                               for part in value.split(b","))
+        elif lower == b"vary":
+            if b"authorization" not in value.lower() and value.strip() != b"*":
+                value = value + b", Authorization"
+            varied = True
+        out.append((name, value))
+    if not varied:
+        out.append((b"vary", b"Authorization"))
+    return out
+
+
 def _peer(scope: Scope) -> str | None:
-    """The address a request came from, for a request no handler identified (through trusted proxies)."""
-    peer = scope.get("client")
+    """The address a request came from, for a request no handler identified: the one rule's
+    (Governor.address_of, through trusted proxies)."""
     state = getattr(scope.get("app"), "state", None)
     governor = getattr(getattr(state, "pith", None), "governor", None)
-    if governor is not None and governor.trusted:
-        from app.governor import client_address
-
-        return client_address(peer[0] if peer else None, dict(scope["headers"]), governor.trusted)
+    if governor is not None:
+        return governor.address_of(scope)
+    peer = scope.get("client")
     return peer[0] if peer else None
 
 
@@ -237,15 +260,17 @@ class App:
                                   tracer_provider=tracer_provider)
         self.governor = Governor(lambda: self.pool, anonymous_points_per_hour=settings.anonymous_points_per_hour,
                                  trusted_proxies=parse_networks(settings.trusted_proxies),
-                                 heavy_slots=settings.heavy_slots)
+                                 heavy_slots=settings.heavy_slots, proxy_header=settings.proxy_header)
         manifest = load_manifest(settings.persisted_documents) if settings.persisted_documents else None
         self.persisted = PersistedDocuments(manifest, only=settings.persisted_only)
         self.prepared = PreparedOperations()
         self.waiting = 0  # sessions waiting for a pool connection (the metrics' waiting state)
 
-    def context(self, session: Session, client: Client | None, **more: Any) -> Context:
-        """A request's context: its session, who asks, and its deadline (from now)."""
-        return Context(session=session, client=client, governor=self.governor,
+    def context(self, client: Client | None, **more: Any) -> Context:
+        """A request's context: who asks, and its deadline (from now). Its session is the operation's,
+        opened and closed around it by app.pipeline.OperationSession."""
+        more.setdefault("app", self)
+        return Context(session=None, client=client, governor=self.governor,
                        deadline_seconds=self.settings.request_timeout, **more)
 
     def read_pool(self) -> asyncpg.Pool | None:
@@ -361,22 +386,20 @@ class App:
             if not_modified(request, etag):
                 return Response(status_code=304, headers=cache)
 
-        session = self.session()
-        context = self.context(session, client)
+        context = self.context(client)
         try:
             result = await self.schema.execute(query, variable_values=params.variables, context_value=context,
                                                operation_name=params.operation_name,
                                                allowed_operation_types={OperationType.QUERY})
         except (CannotGetOperationTypeError, InvalidOperationTypeError, MissingQueryError) as exc:
             return http.operation_error(exc, replace(params, query=query), media, get_like)
-        finally:
-            await session.close()
         response = self.respond(result, media)
         if response.status_code >= 400 and response.status_code != 400:
             return response
         if sha is not None and params.query is not None and not http.is_request_error(result):
             await self.persisted.register(self.pool, sha, query, client)  # validated: it ran
-        if not result.errors and not get_like and params.extensions is None and context.session.statements == 1:
+        if not result.errors and not get_like and params.extensions is None and context.session is not None \
+                and context.session.statements == 1:
             # Answered by one compiled statement: later requests of this document take app/fastpath.py.
             self.prepared.learn(self.schema._schema, query, params.operation_name)
         if cache is not None and not result.errors:
@@ -410,7 +433,7 @@ class App:
         outside execution, the same policy applied here."""
         from app.pipeline import masked
 
-        return masked(error, self.settings.statement_timeout_ms).formatted
+        return masked(error, self.settings.statement_timeout_ms, self.settings.production).formatted
 
     async def refresh_scale(self, every: float = 300.0) -> None:
         """Keep the price of data-sized work (a timeline reads all of a paper's observations) current, from
@@ -444,11 +467,12 @@ class App:
         return JSONResponse({"status": "ok"})
 
     def operator(self, request: Request) -> bool:
-        """An operator asks: from loopback, or with `Authorization: Bearer $PITH_METRICS_TOKEN`."""
+        """An operator asks: a client on loopback (its address by the one rule, through trusted proxies: a
+        proxy on the same host does not make everyone an operator), or with `Authorization: Bearer
+        $PITH_METRICS_TOKEN`."""
         import hmac
 
-        peer = request.scope.get("client")
-        if peer and peer[0] in ("127.0.0.1", "::1", "localhost"):
+        if self.governor.address_of(request.scope) in ("127.0.0.1", "::1", "localhost"):
             return True
         token = self.settings.metrics_token
         given = request.headers.get("authorization", "")
@@ -663,9 +687,9 @@ class LiveGraphQL(StrawberryGraphQL):
                 client = await self.state.identify(request.scope)
             except Unauthenticated as exc:
                 raise _Refused(401, str(exc)) from None
-        # A WebSocket's context serves every operation of the connection: each gets its deadline as it starts.
-        return self.state.context(self.state.session(), client, hub=self.state.hub, app=self.state,
-                                  deadline_each_operation=request.scope["type"] == "websocket")
+        # The connection's context: each operation runs in a copy of its own, with its own session
+        # (app.pipeline.OperationSession), opened when it starts and closed when it ends.
+        return self.state.context(client, hub=self.state.hub, per_connection=True)
 
     async def reject_websocket(self, request: Any) -> Any:
         """A page on an origin not allowed: accepted only to close with a reason the page can read (a
@@ -689,7 +713,7 @@ class LiveGraphQL(StrawberryGraphQL):
         if not isinstance(given, str):
             raise ConnectionRejectionError({"reason": "connection_init payload: authorization must be a string"})
         try:
-            context.client = await self.state.governor.identify(context.client.address, {}, given)
+            context.client = await self.state.governor.client_of(context.client.address, given)
         except Unauthenticated as exc:
             raise ConnectionRejectionError({"reason": str(exc)}) from None
         return await super().on_ws_connect(context)

@@ -7,6 +7,7 @@ them from Strawberry's hooks; the transports call them for what happens around a
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 import asyncpg
@@ -96,12 +97,69 @@ def request_error_code(original: BaseException | None) -> str | None:
     return None
 
 
-def masked(error: GraphQLError, statement_timeout_ms: int) -> GraphQLError:
+def bad_literal(error: GraphQLError) -> bool:
+    """A literal of the document that its type's parser could not even read (a 4,301-digit Int: Python's
+    int() refuses it): graphql-core reports it in validation with the parser's exception attached. The
+    client's input, refused as such (BAD_USER_INPUT), never an internal error."""
+    original = error.original_error
+    return (error.path is None and bool(error.nodes) and isinstance(original, (ValueError, ArithmeticError))
+            and not isinstance(original, GraphQLError))
+
+
+SUGGESTION = re.compile(r" ?Did you mean [^?]*\?")
+NAME = re.compile(r"[_A-Za-z][_0-9A-Za-z]*")
+QUOTED = re.compile(r"'([^']*)'")
+# Names every GraphQL schema has (the operation roots, the built-in scalars): nothing to hide.
+PUBLIC_NAMES = frozenset({"Query", "Mutation", "Subscription", "String", "Int", "Float", "Boolean", "ID"})
+
+
+def said_by_client(query: str | None, variables: Any = None) -> frozenset[str]:
+    """Every name the client's request spells (its document and its variables)."""
+    import json
+
+    text = query or ""
+    if variables:
+        try:
+            text += json.dumps(variables, default=str)
+        except (TypeError, ValueError):
+            pass
+    return frozenset(NAME.findall(text))
+
+
+def unsaid_hidden(message: str, said: frozenset[str]) -> str:
+    """The message with every quoted name the client did not spell itself replaced by '…': in production a
+    request error tells what was wrong with what was sent, not the schema's names (a type, an argument,
+    a field's type) that introspection is off to keep (clairvoyance rebuilds a schema from them)."""
+    def hide(found: re.Match) -> str:
+        names = NAME.findall(found.group(1))
+        return found.group(0) if all(n in said or n in PUBLIC_NAMES for n in names) else "'…'"
+
+    return QUOTED.sub(hide, message)
+
+
+def masked(error: GraphQLError, statement_timeout_ms: int, production: bool = False,
+           said: frozenset[str] | None = None) -> GraphQLError:
     """The error as clients see it: the service's own errors as they are (with a code and the request id),
     anything unexpected replaced by a message naming the request id (the original is logged once, by
-    the schema's process_errors)."""
+    the schema's process_errors). In production no message suggests a name ("Did you mean"): with
+    introspection off, suggestions would rebuild the schema (validation already hides its own; this
+    catches every other source, variable coercion included)."""
     original = error.original_error
     rid = request_id.get()
+    if bad_literal(error):
+        node = error.nodes[0]  # type: ignore[index]
+        size = len(getattr(node, "value", "") or "")
+        message = (error.message.split(", but encountered")[0] + f"; the literal ({size} characters) is not a "
+                   "value of this type")
+        return GraphQLError(message, nodes=error.nodes, source=error.source, positions=error.positions,
+                            extensions={"code": "BAD_USER_INPUT", "requestId": rid})
+    if production and ("Did you mean" in error.message or (said is not None and error.path is None)):
+        message = SUGGESTION.sub("", error.message)
+        if said is not None and error.path is None:  # a request error (syntax, validation, variables)
+            message = unsaid_hidden(message, said)
+        if message != error.message:
+            error = GraphQLError(message, nodes=error.nodes, source=error.source, positions=error.positions,
+                                 path=error.path, original_error=error.original_error, extensions=error.extensions)
     if original is not None and not isinstance(original, GraphQLError):
         code = request_error_code(original)
         if code is not None:
@@ -145,12 +203,17 @@ def masked(error: GraphQLError, statement_timeout_ms: int) -> GraphQLError:
 class MaskingPolicy(MaskErrors):
     """Strawberry's MaskErrors with our policy: applied to every result of every transport (streams too)."""
 
-    def __init__(self, statement_timeout_ms: int = 10_000) -> None:
+    def __init__(self, statement_timeout_ms: int = 10_000, production: bool = False) -> None:
         super().__init__()
         self.statement_timeout_ms = statement_timeout_ms
+        self.production = production
 
     def _process_errors(self, errors: list[GraphQLError]) -> list[GraphQLError]:
-        return [masked(e, self.statement_timeout_ms) for e in errors]
+        said = None
+        if self.production:
+            ctx = self.execution_context
+            said = said_by_client(ctx.query, ctx.variables)
+        return [masked(e, self.statement_timeout_ms, self.production, said) for e in errors]
 
 
 def error_codes(errors: list[dict[str, Any]]) -> set[str]:
@@ -187,6 +250,33 @@ def report(operation: str | None, codes: list[str | None], statements: int, unit
     note(operation=operation or "anonymous", outcome=outcome, cost=units, points=points, statements=statements)
 
 
+class OperationSession(SchemaExtension):
+    """Each operation's database session, whatever carries it (HTTP, SSE, multipart, both WebSocket
+    protocols): opened as the operation starts, closed (rolled back, its connection back in the pool) when
+    it ends, however it ends (answered, refused, failed, cancelled, its stream closed by a client that
+    left). An operation of a connection (a WebSocket's, an HTTP stream's) runs in a context of its own
+    (Context.for_operation): operations of one socket share who asks, nothing else. A context that brings
+    a session of its own (in-process execution, tests) keeps it, and its owner closes it.
+    """
+
+    async def on_operation(self):  # type: ignore[override]
+        ctx = self.execution_context
+        context = ctx.context
+        app = getattr(context, "app", None)
+        opened = None
+        if app is not None and getattr(context, "session", None) is None:
+            opened = app.session()
+            if context.per_connection:
+                ctx.context = context.for_operation(opened)
+            else:
+                context.session = opened
+        try:
+            yield
+        finally:
+            if opened is not None:
+                await opened.close()
+
+
 class RequestPipeline(SchemaExtension):
     """Every stage an operation goes through, for every transport (HTTP, WebSocket, SSE, multipart):
 
@@ -210,8 +300,6 @@ class RequestPipeline(SchemaExtension):
         ctx = self.execution_context
         ctx.parse_options["max_tokens"] = self.max_tokens
         ctx.validation_rules = ctx.validation_rules + self.rules
-        if getattr(ctx.context, "deadline_each_operation", False):
-            ctx.context.restart_deadline()
         yield
         context = ctx.context
         result = ctx.result
@@ -224,13 +312,20 @@ class RequestPipeline(SchemaExtension):
     def on_parse(self):  # type: ignore[override]
         ctx = self.execution_context
         if ctx.graphql_document is None and ctx.query:
-            ctx.graphql_document = _parsed(ctx.query, self.max_tokens)
+            try:
+                ctx.graphql_document = _parsed(ctx.query, self.max_tokens)
+            except GraphQLError:
+                # Not cached: Strawberry's own parse (same options, stopping at the same error) reports it
+                # inside its error handling, as a result every transport sends (an error raised from
+                # this hook would escape a stream: SSE dropped the connection, WebSockets sent `complete`).
+                pass
         yield
 
     def on_validate(self):  # type: ignore[override]
         ctx = self.execution_context
         if ctx.pre_execution_errors is None and ctx.graphql_document is not None:
-            ctx.pre_execution_errors = _validated(ctx.schema._schema, ctx.graphql_document, ctx.validation_rules)
+            ctx.pre_execution_errors = _validated(ctx.schema._schema, ctx.graphql_document, tuple(ctx.validation_rules),
+                                                  ctx.schema.config.disable_field_suggestions)
         yield
 
     async def on_execute(self):  # type: ignore[override]

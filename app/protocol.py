@@ -1,8 +1,17 @@
-"""uvicorn's httptools protocol with a bound on the request line and headers.
+"""uvicorn's httptools protocol with a bound on the request line and headers (the head), and only on them.
 
-httptools reads headers of any size: a client sending a 100 MB header kept the event loop parsing for
-seconds. Past MAX_HEADER_BYTES (the request line and every header, as parsed) the request is answered
-431 Request Header Fields Too Large and the connection closed, without reading the rest.
+uvicorn bounds a request's head only for h11 (`h11_max_incomplete_event_size`); httptools reads heads
+of any size: a client sending a 100 MB header kept the event loop parsing for seconds. Past
+MAX_HEADER_BYTES (the request line and every header) the request is answered 431 Request Header Fields
+Too Large and the connection closed, without reading the rest. The body has its own bound
+(MAX_BODY_BYTES, app.main.BodyLimitAndCancelOnDisconnect): no byte of it counts here.
+
+Two counts, both of the head alone:
+- what the parser hands over (the URL and each header, as parsed), reset as each request begins;
+- raw bytes received while the parser is inside a head, for a header line that never ends (httptools
+  hands a header over only once its line is complete). A chunk counts only when the parser was in a
+  head before it and still is after it, and no head completed within it: a chunk that ends a head (or
+  carries body bytes) is covered by the first count.
 """
 
 from __future__ import annotations
@@ -22,8 +31,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(*args, **kwargs)
         self._head = 0  # bytes of the request line and headers parsed so far
-        self._raw = 0  # bytes received while the head was still incomplete
-        self._in_head = True
+        self._raw = 0  # bytes received while a head was incomplete
+        self._in_head = True  # the next bytes belong to a request's head
+        self._heads_done = 0  # heads completed on this connection
         self._too_large = False
 
     def _count(self, n: int) -> None:
@@ -46,18 +56,19 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._in_head, self._raw = False, 0
+        self._heads_done += 1
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
-        self._in_head, self._raw = True, 0  # what follows on this connection is the next request's head
+        self._in_head = True  # what follows on this connection is the next request's head
         super().on_message_complete()
 
     def data_received(self, data: bytes) -> None:
         if self._too_large:
             return  # answered and closing: read nothing more
+        in_head, heads = self._in_head, self._heads_done
         super().data_received(data)
-        # A header line that never ends is never handed to on_header: count what arrives in the head.
-        if self._in_head and not self._too_large:
+        if in_head and self._in_head and heads == self._heads_done and not self._too_large:
             self._raw += len(data)
             if self._raw > self.limit:
                 self._too_large = True

@@ -417,15 +417,34 @@ def _page_info(edges: list, more: bool, after: object) -> PageInfo:
 class Schema(strawberry.Schema):
     """Logs only unexpected errors: a client's bad input is the client's answer, not an incident."""
 
+    async def stream(self, query: str | None, variable_values: dict[str, Any] | None = None,  # type: ignore[override]
+                     context_value: Any | None = None, root_value: Any | None = None,
+                     operation_name: str | None = None, operation_extensions: dict[str, Any] | None = None,
+                     allowed_operation_types: Any = None) -> Any:
+        """Strawberry's streaming entry (SSE, multipart, both WebSocket protocols), behind the trusted-documents
+        rule the HTTP path applies (PITH_PERSISTED_ONLY: only the manifest's documents run, by text or hash)."""
+        persisted = getattr(getattr(context_value, "app", None), "persisted", None)
+        if persisted is not None and persisted.only:
+            from app.persisted import PersistedQueryError, requested_hash
+
+            try:
+                sha = requested_hash(operation_extensions)
+                query = persisted.resolve(query, sha) or persisted.manifest.get(sha or "")
+            except PersistedQueryError as exc:
+                return _refused(exc.message, exc.code)
+        return await super().stream(query, variable_values, context_value, root_value, operation_name,
+                                    operation_extensions, allowed_operation_types)
+
     def process_errors(self, errors: list[GraphQLError], execution_context: Any = None) -> None:
         """The one place an error is logged (before the masking policy replaces what clients see)."""
         import asyncpg
 
-        from app.pipeline import STATEMENT_TIMEOUTS, UNAVAILABLE, request_error_code
+        from app.pipeline import STATEMENT_TIMEOUTS, UNAVAILABLE, bad_literal, request_error_code
 
         for error in errors:
             original = error.original_error
-            if original is None or isinstance(original, GraphQLError) or request_error_code(original) is not None:
+            if original is None or isinstance(original, GraphQLError) or request_error_code(original) is not None \
+                    or bad_literal(error):
                 continue
             if isinstance(original, STATEMENT_TIMEOUTS):
                 log.warning("query cancelled (statement timeout) at %s", error.path)
@@ -436,6 +455,16 @@ class Schema(strawberry.Schema):
                           "PITH_DB_PREPARED_STATEMENTS=0", error.path)
             else:
                 log.error("unexpected error in %s: %s", error.path, type(original).__name__, exc_info=original)
+
+
+async def _refused(message: str, code: str) -> Any:
+    """A stream of one result: the operation refused before parsing (the transports send it as an error)."""
+    from strawberry.types.execution import PreExecutionError
+
+    from app.logs import request_id
+
+    yield PreExecutionError(data=None, errors=[GraphQLError(message, extensions={"code": code,
+                                                                                "requestId": request_id.get()})])
 
 
 # The limiters' validation rules, built once: Strawberry's limiters make new rule classes each time they
@@ -452,10 +481,10 @@ def make_schema(*, introspection: bool = True, production: bool = False, direct:
 
     from strawberry.extensions import DisableIntrospection
 
-    from app.pipeline import MaskingPolicy, RequestPipeline
+    from app.pipeline import MaskingPolicy, OperationSession, RequestPipeline
 
-    extensions: list = [partial(RequestPipeline, rules=LIMIT_RULES, max_tokens=MAX_TOKENS, scale=scale),
-                        partial(MaskingPolicy, statement_timeout_ms=statement_timeout_ms)]
+    extensions: list = [OperationSession, partial(RequestPipeline, rules=LIMIT_RULES, max_tokens=MAX_TOKENS, scale=scale),
+                        partial(MaskingPolicy, statement_timeout_ms=statement_timeout_ms, production=production)]
     if not introspection:
         extensions.insert(0, DisableIntrospection)
     if tracer_provider is not None:  # OpenTelemetry (app.tracing): the operation's spans, outermost

@@ -58,7 +58,8 @@ class Settings:
     request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT_SECONDS
     # Points per hour for clients without a key (by IP address); None: unlimited. On in production.
     anonymous_points_per_hour: int | None = None
-    trusted_proxies: tuple[str, ...] = ()  # addresses or networks whose Forwarded / X-Forwarded-For count
+    trusted_proxies: tuple[str, ...] = ()  # addresses or networks whose proxy header counts
+    proxy_header: str = "x-forwarded-for"  # the one header trusted proxies set: x-forwarded-for or forwarded
     heavy_slots: int = HEAVY_SLOTS  # heavy operations (app.limits.HEAVY_COST) running at once per process
     # One client's share of the live transports (raise them for many users behind one address).
     websockets_per_client: int = MAX_WEBSOCKETS_PER_CLIENT
@@ -101,6 +102,7 @@ class Settings:
             anonymous_points_per_hour=read.integer(
                 "PITH_ANONYMOUS_POINTS_PER_HOUR", DEFAULT_ANONYMOUS_POINTS_PER_HOUR if production else 0, 0) or None,
             trusted_proxies=read.checked("PITH_TRUSTED_PROXIES", _networks, ()),
+            proxy_header=read.word("PITH_PROXY_HEADER", ("x-forwarded-for", "forwarded"), base.proxy_header),
             heavy_slots=read.integer("PITH_HEAVY_SLOTS", base.heavy_slots, 1),
             websockets_per_client=read.integer("PITH_WEBSOCKETS_PER_CLIENT", base.websockets_per_client, 1),
             subscriptions_per_client=read.integer("PITH_SUBSCRIPTIONS_PER_CLIENT", base.subscriptions_per_client, 1),

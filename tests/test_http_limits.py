@@ -1,0 +1,153 @@
+"""HTTP by its own limits, on a real server over raw sockets: a body up to MAX_BODY_BYTES is read whatever
+its size relative to the head's bound; a head past MAX_HEADER_BYTES is 431; a header line that never ends
+is cut at the bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from app.limits import MAX_BODY_BYTES, MAX_HEADER_BYTES
+from tests.conftest import LiveServer
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+QUERY = '{ paper(arxivId: "2402.15627") { arxivId } }'
+
+
+@pytest.fixture(scope="module")
+def server(database_url):
+    s = LiveServer(database_url)
+    yield s
+    s.stop()
+
+
+def post(body: bytes, extra: bytes = b"") -> bytes:
+    return (b"POST /graphql HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + extra
+            + b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+
+
+def padded(size: int) -> bytes:
+    """A GraphQL request of exactly `size` bytes (JSON allows whitespace between its tokens)."""
+    core = json.dumps({"query": QUERY}).encode()
+    return core[:-1] + b" " * (size - len(core)) + b"}"
+
+
+async def read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+    status = int(head.split(b" ", 2)[1])
+    length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
+    return status, await asyncio.wait_for(reader.readexactly(length), 10)
+
+
+async def test_a_body_up_to_the_documented_limit_is_accepted_in_one_write_or_many(server):
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    try:
+        for size in (90_000, MAX_BODY_BYTES, 30_000, MAX_HEADER_BYTES + 1):  # on one kept-alive connection
+            request = post(padded(size))
+            writer.write(request)
+            await writer.drain()
+            status, body = await read_response(reader)
+            assert status == 200, (size, status, body[:300])
+            assert json.loads(body)["data"]["paper"]["arxivId"] == "2402.15627"
+        # The same in small pieces, as a slow network delivers it.
+        request = post(padded(90_000))
+        for i in range(0, len(request), 1400):
+            writer.write(request[i:i + 1400])
+            await writer.drain()
+        status, body = await read_response(reader)
+        assert status == 200, body[:300]
+        # One byte past the body limit: 413, told in the GraphQL shape, never 431.
+        writer.write(post(padded(MAX_BODY_BYTES + 1)))
+        await writer.drain()
+        status, body = await read_response(reader)
+        assert status == 413 and b"431" not in body, (status, body[:300])
+    finally:
+        writer.close()
+
+
+async def test_a_huge_head_gets_431_and_a_never_ending_header_line_is_cut(server):
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    writer.write(post(padded(200), extra=b"X-Big: " + b"a" * (MAX_HEADER_BYTES + 10) + b"\r\n"))
+    await writer.drain()
+    answer = await asyncio.wait_for(reader.read(4096), 10)
+    writer.close()
+    assert answer.startswith(b"HTTP/1.1 431") and b"REQUEST_HEADER_FIELDS_TOO_LARGE" in answer, answer[:200]
+    # Many headers, each small, together past the bound.
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    writer.write(post(b"{}", extra=b"".join(b"X-H%d: %s\r\n" % (i, b"b" * 100) for i in range(400))))
+    await writer.drain()
+    answer = await asyncio.wait_for(reader.read(4096), 10)
+    writer.close()
+    assert answer.startswith(b"HTTP/1.1 431"), answer[:200]
+    # A header line that never ends: the server stops reading at the bound and closes.
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    writer.write(b"POST /graphql HTTP/1.1\r\nHost: x\r\nX-Endless: ")
+    sent = 0
+    with pytest.raises((ConnectionResetError, BrokenPipeError, asyncio.IncompleteReadError)):
+        while sent < 50_000_000:
+            writer.write(b"c" * 16384)
+            sent += 16384
+            await asyncio.wait_for(writer.drain(), 5)
+    assert sent < 20_000_000, sent
+    writer.close()
+    # ... and after a good request on a connection, the next request's head is bounded the same way.
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    writer.write(post(padded(90_000)))
+    await writer.drain()
+    status, _ = await read_response(reader)
+    assert status == 200
+    writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"d" * (MAX_HEADER_BYTES + 10) + b"\r\n\r\n")
+    await writer.drain()
+    answer = await asyncio.wait_for(reader.read(4096), 10)
+    writer.close()
+    assert answer.startswith(b"HTTP/1.1 431"), answer[:200]
+
+
+async def test_an_answer_to_a_keyed_request_is_for_its_reader_alone(server, database_url):
+    import uuid
+
+    import asyncpg
+    import httpx
+
+    from app.governor import create_key
+
+    conn = await asyncpg.connect(database_url)
+    try:
+        _, secret = await create_key(conn, f"cache-{uuid.uuid4().hex[:8]}", 100_000)
+    finally:
+        await conn.close()
+    pinned = '{ paper(arxivId: "2402.15627", asOf: "2026-08-05T04:52:00Z") { arxivId } }'
+    async with httpx.AsyncClient(base_url=server.base, timeout=10) as client:
+        anonymous = await client.get("/graphql", params={"query": pinned})
+        assert anonymous.status_code == 200 and anonymous.headers["cache-control"].startswith("public")
+        for path, params in (("/graphql", {"query": pinned}),
+                             ("/paper/2402.15627/citation-record.json", {"as_of": "2026-08-05T04:52:00Z"})):
+            keyed = await client.get(path, params=params, headers={"authorization": f"Bearer {secret}"})
+            assert keyed.status_code == 200, keyed.text
+            assert "public" not in keyed.headers["cache-control"] and "private" in keyed.headers["cache-control"]
+            assert "authorization" in keyed.headers["vary"].lower(), keyed.headers
+        # A refused key is not cached for anyone either.
+        refused = await client.get("/graphql", params={"query": pinned}, headers={"authorization": "Bearer pith_x"})
+        assert refused.status_code == 401 and "authorization" in refused.headers["vary"].lower()
+
+
+async def test_a_path_cannot_add_fields_to_a_text_access_line(server):
+    import httpx
+
+    async with httpx.AsyncClient(base_url=server.base, timeout=10) as client:
+        for raw in ("/nothing%20status=200%20client=192.0.2.1%20key=admin", "/x%0Aforged%20line", '/q%22%20points=0'):
+            answer = await client.get(raw)
+            assert answer.status_code == 404
+    lines = [line for line in server.logs().splitlines() if "pith.access" in line and "/nothing" in line
+             or "forged" in line or "points=0" in line]
+    assert lines, server.logs()[-2000:]
+    for line in lines:
+        assert "pith.access" in line, line  # the encoded newline did not start a line of its own
+        fields = line.split(" [", 1)[1].split("] ", 1)[1].split(" ")
+        assert not {"status=200", "client=192.0.2.1", "key=admin", "points=0"} & set(fields), line
+        keys = [f.split("=", 1)[0] for f in fields[4:]]
+        assert len(keys) == len(set(keys)), line  # every field once: none was injected

@@ -1,0 +1,173 @@
+"""One client identity, computed once, by one rule (the peer, or past PITH_TRUSTED_PROXIES the rightmost
+untrusted hop of the one configured header), used alike by budgets, WebSocket quotas, logs and the operator
+check; and the documented nginx block clears what clients send in Forwarded / X-Forwarded-For, checked
+with `nginx -t` and by requests through it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import httpx
+import pytest
+import websockets
+
+from app.governor import client_address, parse_networks
+from tests.conftest import ROOT, LiveServer, free_port
+
+ASYNC = pytest.mark.asyncio(loop_scope="session")
+
+QUERY = '{ paper(arxivId: "2402.15627") { arxivId } }'
+
+
+def remaining(response: httpx.Response) -> int:
+    return int(re.search(r"r=(\d+)", response.headers["ratelimit"]).group(1))
+
+
+def test_the_rule_reads_one_header_from_its_right_end():
+    trusted = parse_networks(["10.0.0.0/8", "127.0.0.1"])
+    xff = [(b"x-forwarded-for", b"192.0.2.1, 198.51.100.7, 10.1.1.1")]
+    assert client_address("127.0.0.1", xff, trusted) == "198.51.100.7"  # the rightmost untrusted hop
+    assert client_address("203.0.113.5", xff, trusted) == "203.0.113.5"  # an untrusted peer: its headers are not read
+    spoofed = [(b"forwarded", b"for=192.0.2.1"), (b"x-forwarded-for", b"198.51.100.7")]
+    assert client_address("127.0.0.1", spoofed, trusted) == "198.51.100.7"  # Forwarded is not the configured header
+    assert client_address("127.0.0.1", spoofed, trusted, b"forwarded") == "192.0.2.1"
+    two_lines = [(b"x-forwarded-for", b"192.0.2.1"), (b"x-forwarded-for", b"198.51.100.8")]
+    assert client_address("127.0.0.1", two_lines, trusted) == "198.51.100.8"  # lines join, in order
+    assert client_address("127.0.0.1", [(b"x-forwarded-for", b"junk, 10.2.2.2")], trusted) == "10.2.2.2"
+
+
+@pytest.fixture(scope="module")
+def behind_proxy(database_url):
+    server = LiveServer(database_url, env={"PITH_ENV": "production", "PITH_TRUSTED_PROXIES": "127.0.0.1",
+                                           "PITH_ANONYMOUS_POINTS_PER_HOUR": "1000", "PITH_WEBSOCKETS_PER_CLIENT": "1"})
+    yield server
+    server.stop()
+
+
+@ASYNC
+async def test_budgets_logs_and_the_operator_check_see_the_same_client(behind_proxy):
+    base = behind_proxy.base
+    async with httpx.AsyncClient(base_url=base, timeout=10) as client:
+        a = {"x-forwarded-for": "192.0.2.50, 198.51.100.7"}
+        first = await client.post("/graphql", json={"query": QUERY}, headers=a)
+        assert first.status_code == 200
+        # The same client, whatever it writes left of the proxy's hop or in another header.
+        again = await client.post("/graphql", json={"query": QUERY},
+                                  headers={"x-forwarded-for": "10.9.9.9, 198.51.100.7", "forwarded": "for=192.0.2.1"})
+        assert remaining(again) < remaining(first)
+        other = await client.post("/graphql", json={"query": QUERY}, headers={"x-forwarded-for": "198.51.100.8"})
+        assert remaining(other) > remaining(again)
+        # The operator check: loopback only if the client is; a client through the proxy is not.
+        proxied = (await client.get("/readyz", headers=a)).json()
+        assert "pool" not in proxied, proxied
+        assert (await client.get("/metrics", headers=a)).status_code == 403
+        spoof = (await client.get("/readyz", headers={"x-forwarded-for": "127.0.0.1, 198.51.100.7"})).json()
+        assert "pool" not in spoof
+        assert "pool" in (await client.get("/readyz")).json()  # loopback itself, no proxy hop
+    lines = [line for line in behind_proxy.logs().splitlines() if "pith.access" in line and "POST /graphql" in line]
+    assert any("client=198.51.100.7" in line for line in lines) and not any("192.0.2" in line for line in lines), lines
+
+
+@ASYNC
+async def test_websocket_quotas_follow_the_same_client(behind_proxy):
+    url = behind_proxy.base.replace("http://", "ws://") + "/graphql"
+
+    async def open_as(headers: dict) -> websockets.ClientConnection:
+        ws = await websockets.connect(url, subprotocols=["graphql-transport-ws"], additional_headers=headers)
+        try:
+            await ws.send(json.dumps({"type": "connection_init"}))
+        except websockets.ConnectionClosed:
+            pass  # refused at once: recv() tells why
+        return ws
+
+    held = await open_as({"x-forwarded-for": "198.51.100.20"})
+    try:
+        assert json.loads(await held.recv())["type"] == "connection_ack"
+        refused = await open_as({"x-forwarded-for": "192.0.2.9, 198.51.100.20", "forwarded": "for=192.0.2.10"})
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            await refused.recv()
+        assert closed.value.rcvd.code == 4429
+        other = await open_as({"x-forwarded-for": "198.51.100.21"})
+        assert json.loads(await other.recv())["type"] == "connection_ack"
+        await other.close()
+    finally:
+        await held.close()
+
+
+def nginx_block() -> str:
+    text = (ROOT / "docs" / "deployment.md").read_text()
+    (block,) = re.findall(r"```nginx\n(.*?)```", text, re.S)
+    return block
+
+
+def nginx_config(folder: Path, upstream_port: int, listen_port: int) -> Path:
+    block = nginx_block().replace("server 127.0.0.1:8000;", f"server 127.0.0.1:{upstream_port};")
+    block = block.replace("listen 80;", f"listen 127.0.0.1:{listen_port};")
+    temp = "".join(f"{name}_temp_path {folder}/{name};\n" for name in
+                   ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+    config = folder / "nginx.conf"
+    config.write_text(f"pid {folder}/nginx.pid;\nerror_log {folder}/error.log;\ndaemon off;\n"
+                      f"events {{ worker_connections 256; }}\n"
+                      f"http {{\naccess_log off;\n{temp}{block}\n}}\n")
+    return config
+
+
+def nginx() -> str:
+    found = shutil.which("nginx") or (Path("/usr/sbin/nginx").exists() and "/usr/sbin/nginx")
+    if not found:
+        pytest.skip("needs nginx (apt-get install nginx; .ci/run does) to check the documented proxy block")
+    return str(found)
+
+
+def test_the_documented_nginx_block_passes_nginx_t(tmp_path):
+    binary = nginx()
+    config = nginx_config(tmp_path, 8000, free_port())
+    checked = subprocess.run([binary, "-t", "-c", str(config), "-p", str(tmp_path), "-e", str(tmp_path / "e.log")],
+                             capture_output=True, text=True, timeout=30)
+    assert checked.returncode == 0, checked.stderr
+    assert "syntax is ok" in checked.stderr and "test is successful" in checked.stderr
+
+
+@ASYNC
+async def test_through_the_documented_nginx_a_client_cannot_name_its_own_address(database_url):
+    binary = nginx()
+    folder = Path(tempfile.mkdtemp(prefix="pith-nginx-"))
+    folder.chmod(0o755)  # nginx's workers run as another user
+    server = LiveServer(database_url, env={"PITH_ENV": "production", "PITH_TRUSTED_PROXIES": "127.0.0.1",
+                                           "PITH_ANONYMOUS_POINTS_PER_HOUR": "1000"})
+    port = free_port()
+    proxy = subprocess.Popen([binary, "-c", str(nginx_config(folder, server.port, port)), "-p", str(folder),
+                              "-e", str(folder / "e.log")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+            for _ in range(50):
+                try:
+                    await client.get("/healthz")
+                    break
+                except httpx.TransportError:
+                    await asyncio.sleep(0.1)
+            plain = await client.post("/graphql", json={"query": QUERY})
+            assert plain.status_code == 200, plain.text
+            for spoof in ({"forwarded": "for=192.0.2.1"}, {"x-forwarded-for": "192.0.2.2"},
+                          {"forwarded": "for=192.0.2.3", "x-forwarded-for": "192.0.2.3, 192.0.2.4"}):
+                answer = await client.post("/graphql", json={"query": QUERY}, headers=spoof)
+                assert answer.status_code == 200
+                assert remaining(answer) < remaining(plain)  # the same budget: the spoofed address is not believed
+            big = await client.post("/graphql", content=json.dumps({"query": QUERY}) + " " * 90_000,
+                                    headers={"content-type": "application/json"})
+            assert big.status_code == 200, big.text[:300]  # a 90 kB body passes the proxy and the server
+            assert (await client.get("/metrics")).status_code == 403
+        lines = [line for line in server.logs().splitlines() if "pith.access" in line and "/graphql" in line]
+        assert lines and not any("192.0.2." in line for line in lines), lines
+    finally:
+        proxy.terminate()
+        proxy.wait(10)
+        server.stop()
+        shutil.rmtree(folder, ignore_errors=True)

@@ -1,0 +1,124 @@
+"""What errors tell in production: what was wrong with what the client sent, never a name of the schema it
+did not spell itself (a clairvoyance-style probe recovers nothing beyond the operation roots), and an
+oversize literal is the client's bad input, not an internal error.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import AsyncIterator
+
+import pytest
+import pytest_asyncio
+from graphql import build_schema, get_named_type, is_enum_type, is_input_object_type, is_object_type
+
+from app.settings import Settings
+from tests.conftest import ROOT, Served, serve
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+QUOTED = re.compile(r"'([^']*)'")
+NAME = re.compile(r"[_A-Za-z][_0-9A-Za-z]*")
+PUBLIC = {"Query", "Mutation", "Subscription", "String", "Int", "Float", "Boolean", "ID"}
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def production(database_url, statements) -> AsyncIterator[Served]:
+    settings = Settings(database_url=database_url, production=True, introspection=False, graphiql=False)
+    async for s in serve(database_url, statements, settings):
+        yield s
+
+
+def typo(name: str) -> str:
+    return name[:-1] if len(name) > 3 else name + "x"
+
+
+def probes() -> list[str]:
+    """What clairvoyance sends: root fields by a wordlist (near misses and exact names without a
+    selection), arguments, enum values, input fields and types by near misses."""
+    schema = build_schema(Path(ROOT / "schema.graphql").read_text())
+    query = schema.query_type
+    documents = ["{ __schema { types { name } } }", "{ __type(name: \"Paper\") { name } }"]
+    for name, field in query.fields.items():
+        documents.append(f"{{ {typo(name)} }}")
+        documents.append(f"{{ {name} }}")  # "must have a selection of subfields" names the type
+        documents.append(f"{{ {name}(zzz: 1) {{ __typename }} }}")
+        documents.append(f"{{ {name} {{ __typename zzz }} }}")
+        documents.append(f"{{ {name} {{ __typename }} }}")  # a required argument is named
+        for arg_name, arg in field.args.items():
+            documents.append(f"{{ {name}({typo(arg_name)}: 1) {{ __typename }} }}")
+            documents.append(f"{{ {name}({arg_name}: 1) {{ __typename }} }}")
+            documents.append(f"{{ {name}({arg_name}: {{zzz: 1}}) {{ __typename }} }}")
+            named = get_named_type(arg.type)
+            if is_enum_type(named):
+                value = next(iter(named.values))
+                documents.append(f"{{ {name}({arg_name}: {typo(value)}) {{ __typename }} }}")
+            if is_input_object_type(named):
+                for input_name in named.fields:
+                    documents.append(f"{{ {name}({arg_name}: {{{typo(input_name)}: 1}}) {{ __typename }} }}")
+                    documents.append(f"{{ {name}({arg_name}: {{{input_name}: {{zzz: 1}}}}) {{ __typename }} }}")
+            documents.append(f"query($v: {typo(named.name)}) {{ {name}({arg_name}: $v) {{ __typename }} }}")
+            documents.append(f"query($v: Boolean) {{ {name}({arg_name}: $v) {{ __typename }} }}")
+        named = get_named_type(field.type)
+        if is_object_type(named):
+            for sub in list(named.fields)[:8]:
+                documents.append(f"{{ {name} {{ {typo(sub)} }} }}")
+                documents.append(f"{{ {name} {{ {sub} {{ zzz }} }} }}")
+            documents.append(f"{{ {name} {{ ... on {typo(named.name)} {{ __typename }} }} }}")
+            documents.append(f"{{ {name} {{ ... on Query {{ __typename }} }} }}")
+    return documents
+
+
+async def test_a_clairvoyance_probe_recovers_no_name_beyond_the_operation_roots(production):
+    leaked: dict[str, str] = {}
+    messages = 0
+    for document in probes():
+        answer = await production.client.post("/graphql", json={"query": document})
+        assert answer.status_code < 500, (document, answer.text)
+        said = set(NAME.findall(document))
+        for error in answer.json().get("errors", []):
+            messages += 1
+            message = error["message"]
+            assert "Did you mean" not in message, (document, message)
+            for quoted in QUOTED.findall(message):
+                for name in NAME.findall(quoted):
+                    if name not in said and name not in PUBLIC:
+                        leaked[name] = f"{document} -> {message}"
+    assert messages > 300  # the probe was answered with errors, and every one of them was read
+    assert leaked == {}, leaked
+
+
+async def test_suggestions_of_every_kind_are_left_out_in_production(production):
+    for document, variables in [
+        ('{ papr(arxivId: "x") { title } }', None),
+        ('{ paper(arxivID: "x") { title } }', None),
+        ("{ browsePapers(orderBy: ARXIV) { edges { cursor } } }", None),
+        ("query($f: PaperFiltr) { browsePapers(filter: $f) { edges { cursor } } }", None),
+        ('{ browsePapers(filter: {categry: "x"}) { edges { cursor } } }', None),
+        ("query($o: PaperOrder) { browsePapers(orderBy: $o) { edges { cursor } } }", {"o": "ARXIV"}),
+        ("query($f: PaperFilter) { browsePapers(filter: $f) { edges { cursor } } }", {"f": {"categry": "x"}}),
+    ]:
+        answer = await production.client.post("/graphql", json={"query": document, "variables": variables})
+        errors = answer.json()["errors"]
+        assert errors and all("Did you mean" not in e["message"] for e in errors), (document, errors)
+
+
+async def test_an_oversize_literal_is_bad_user_input(production, served):
+    for client in (production.client, served.client):  # in production and out of it
+        for literal in ("9" * 4301, "-" + "9" * 5000, "9" * 20):
+            document = f'{{ paper(arxivId: "2402.15627") {{ inbound(first: {literal}) {{ totalCount }} }} }}'
+            answer = await client.post("/graphql", json={"query": document})
+            assert answer.status_code < 500, answer.text
+            codes = {e["extensions"]["code"] for e in answer.json()["errors"]}
+            assert codes in ({"BAD_USER_INPUT"}, {"GRAPHQL_VALIDATION_FAILED"}), (literal[:10], answer.json())
+            assert "internal" not in answer.text
+        answer = await client.post("/graphql", json={"query": f'{{ node(id: {"9" * 4301}) {{ id }} }}'})
+        assert answer.status_code < 500 and "INTERNAL" not in answer.text, answer.text
+        answer = await client.post("/graphql", json={"query": '{ paper(arxivId: "x", asOf: 1e400) { title } }'})
+        assert answer.status_code < 500 and "INTERNAL" not in answer.text, answer.text
+    # Told as the client's own error: the 4,301-digit Int is BAD_USER_INPUT.
+    answer = await production.client.post("/graphql", json={
+        "query": f'{{ paper(arxivId: "2402.15627") {{ inbound(first: {"9" * 4301}) {{ totalCount }} }} }}'})
+    (error,) = answer.json()["errors"]
+    assert error["extensions"]["code"] == "BAD_USER_INPUT" and "4301 characters" in error["message"], error

@@ -1,0 +1,247 @@
+"""Every operation owns its database session on every transport: opened when it starts, closed (the
+connection back in the pool, no transaction left open) when it ends, however it ends. Queries, syntax
+errors and refusals over SSE, multipart and both WebSocket protocols (several on one socket), then the
+pool is checked from PostgreSQL's side and HTTP must still answer at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import asyncpg
+import httpx
+import pytest
+import pytest_asyncio
+import websockets
+
+from tests.conftest import LiveServer
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+PAPER = "2402.15627"
+COMPILED = f'{{ paper(arxivId: "{PAPER}") {{ arxivId title }} }}'  # one compiled statement
+ORDINARY = f'{{ paper(arxivId: "{PAPER}") {{ arxivId inbound(first: 3) {{ totalCount }} }} }}'  # several
+BROKEN = "{ paper(arxivId: "  # a syntax error
+LIVE = f'subscription {{ citationAdded(arxivId: "{PAPER}") {{ cursor }} }}'  # waits for imports: stopped
+ROUNDS = 50
+POOL = 4  # fewer connections than operations: one left behind shows at once
+
+
+@pytest.fixture(scope="module")
+def server(database_url):
+    s = LiveServer(database_url, env={"PITH_POOL_MAX": str(POOL), "PITH_REQUEST_TIMEOUT": "10"})
+    yield s
+    s.stop()
+
+
+def queries() -> list[str]:
+    return [COMPILED if i % 2 == 0 else ORDINARY for i in range(ROUNDS)]
+
+
+async def sse(client: httpx.AsyncClient, base: str, query: str) -> list[dict]:
+    """The payloads of one operation over SSE (distinct connections mode), until `complete`."""
+    payloads: list[dict] = []
+    async with client.stream("POST", base + "/graphql", json={"query": query},
+                             headers={"accept": "text/event-stream"}) as response:
+        assert response.status_code == 200, await response.aread()
+        event = None
+        async for line in response.aiter_lines():
+            if line.startswith("event:"):
+                event = line[6:].strip()
+            elif line.startswith("data:") and event == "next":
+                payloads.append(json.loads(line[5:]))
+            elif not line and event == "complete":
+                break
+    return payloads
+
+
+async def multipart(client: httpx.AsyncClient, base: str, query: str, leave: bool | None = None) -> list[dict]:
+    """The payloads of one operation over multipart HTTP (Apollo's subscriptions), heartbeats left out.
+    A running subscription is left after its first heartbeat: the client goes away."""
+    payloads: list[dict] = []
+    async with client.stream("POST", base + "/graphql", json={"query": query},
+                             headers={"accept": 'multipart/mixed;subscriptionSpec="1.0"'}) as response:
+        assert response.status_code == 200, await response.aread()
+        body = ""
+        async for chunk in response.aiter_text():
+            body += chunk
+            if (query == LIVE if leave is None else leave) and "{}" in body:
+                return []
+    for part in body.split("\r\n--graphql"):
+        start = part.find("{")
+        if start >= 0:
+            found = json.loads(part[start:].strip().rstrip("-").strip())
+            if found:
+                payloads.append(found.get("payload", found))
+    return payloads
+
+
+async def transport_ws(base: str, documents: list[str], running: tuple[str, ...] = (LIVE,)) -> list[list[dict]]:
+    """graphql-transport-ws: every document on one socket, one after the other; each one's messages."""
+    answers: list[list[dict]] = []
+    async with websockets.connect(base.replace("http", "ws") + "/graphql",
+                                  subprotocols=["graphql-transport-ws"]) as ws:
+        await ws.send(json.dumps({"type": "connection_init"}))
+        assert json.loads(await ws.recv())["type"] == "connection_ack"
+        for i, document in enumerate(documents):
+            await ws.send(json.dumps({"id": str(i), "type": "subscribe", "payload": {"query": document}}))
+            if document in running:  # the client ends it (the server sends nothing more for it)
+                await asyncio.sleep(0.05)
+                await ws.send(json.dumps({"id": str(i), "type": "complete"}))
+                answers.append([])
+                continue
+            got: list[dict] = []
+            while True:
+                message = json.loads(await asyncio.wait_for(ws.recv(), 15))
+                if message["type"] == "ping":
+                    await ws.send(json.dumps({"type": "pong"}))
+                    continue
+                assert message.get("id") == str(i), message
+                got.append(message)
+                if message["type"] in ("complete", "error"):
+                    break
+            answers.append(got)
+    return answers
+
+
+async def legacy_ws(base: str, documents: list[str]) -> list[list[dict]]:
+    """graphql-ws (subscriptions-transport-ws): the same."""
+    answers: list[list[dict]] = []
+    async with websockets.connect(base.replace("http", "ws") + "/graphql", subprotocols=["graphql-ws"]) as ws:
+        await ws.send(json.dumps({"type": "connection_init"}))
+        assert json.loads(await ws.recv())["type"] == "connection_ack"
+        for i, document in enumerate(documents):
+            await ws.send(json.dumps({"id": str(i), "type": "start", "payload": {"query": document}}))
+            if document == LIVE:  # running: the client stops it, the server says complete
+                await asyncio.sleep(0.05)
+                await ws.send(json.dumps({"id": str(i), "type": "stop"}))
+            got: list[dict] = []
+            while True:
+                message = json.loads(await asyncio.wait_for(ws.recv(), 15))
+                if message["type"] == "ka":
+                    continue
+                assert message.get("id") == str(i), message
+                got.append(message)
+                if message["type"] in ("complete", "error"):
+                    break
+            answers.append(got)
+    return answers
+
+
+async def assert_pool_given_back(database_url: str, server: LiveServer) -> None:
+    """No connection of the server's is inside a transaction, and an HTTP query answers at once."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        for _ in range(50):  # a released connection's rollback may still be on its way
+            stuck = await conn.fetch("SELECT pid, state, left(query, 80) AS query FROM pg_stat_activity "
+                                     "WHERE application_name = 'pith-graph' AND datname = current_database() "
+                                     "AND state LIKE 'idle in transaction%'")
+            if not stuck:
+                break
+            await asyncio.sleep(0.1)
+    finally:
+        await conn.close()
+    assert stuck == [], [dict(r) for r in stuck]
+    async with httpx.AsyncClient(timeout=3) as client:  # the pool's wait is 5 s: a starved pool fails here
+        answer = await client.post(server.base + "/graphql", json={"query": COMPILED})
+    assert answer.status_code == 200 and answer.json()["data"]["paper"]["arxivId"] == PAPER, answer.text
+
+
+def data_of(payloads: list[dict]) -> dict:
+    assert len(payloads) == 1 and not payloads[0].get("errors"), payloads
+    return payloads[0]["data"]
+
+
+def syntax_error_of(payloads: list[dict]) -> dict:
+    assert len(payloads) == 1, payloads
+    (error,) = payloads[0]["errors"]
+    assert error["extensions"]["code"] == "GRAPHQL_PARSE_FAILED", error
+    assert error["message"].startswith("Syntax Error"), error
+    return error
+
+
+async def test_sse_queries_and_syntax_errors_give_every_connection_back(server, database_url):
+    async with httpx.AsyncClient(timeout=15) as client:
+        for query in queries():
+            assert data_of(await sse(client, server.base, query))["paper"]["arxivId"] == PAPER
+        for _ in range(ROUNDS):
+            syntax_error_of(await sse(client, server.base, BROKEN))
+    await assert_pool_given_back(database_url, server)
+
+
+async def test_multipart_queries_and_syntax_errors_give_every_connection_back(server, database_url):
+    # Apollo's multipart protocol carries subscriptions: a query is told so; subscriptions the client
+    # leaves end with it.
+    async with httpx.AsyncClient(timeout=15) as client:
+        for query in queries():
+            (answer,) = await multipart(client, server.base, query)
+            assert [e["extensions"]["code"] for e in answer["errors"]] == ["OPERATION_NOT_SUPPORTED"], answer
+        for _ in range(ROUNDS):
+            syntax_error_of(await multipart(client, server.base, BROKEN))
+        for _ in range(5):
+            assert await multipart(client, server.base, LIVE) == []
+    await assert_pool_given_back(database_url, server)
+
+
+async def test_graphql_transport_ws_runs_many_operations_on_one_socket(server, database_url):
+    # Compiled and ordinary queries alternate on one socket: each has a session (and a plan) of its own.
+    answers = await transport_ws(server.base, queries() + [BROKEN] * ROUNDS + [LIVE] * 5 + [COMPILED])
+    assert answers[-6:-1] == [[]] * 5
+    assert data_of([answers[-1][0]["payload"]])["paper"]["arxivId"] == PAPER
+    for got in answers[:ROUNDS]:
+        assert [m["type"] for m in got] == ["next", "complete"], got
+        assert data_of([got[0]["payload"]])["paper"]["arxivId"] == PAPER
+    for got in answers[ROUNDS:2 * ROUNDS]:
+        assert [m["type"] for m in got] == ["error"], got
+        syntax_error_of([{"errors": got[0]["payload"]}])
+    await assert_pool_given_back(database_url, server)
+
+
+async def test_graphql_ws_runs_many_operations_on_one_socket(server, database_url):
+    # The legacy protocol carries subscriptions: a query is told so, a syntax error is a GraphQL error,
+    # subscriptions stopped by the client complete; the socket stays open throughout.
+    answers = await legacy_ws(server.base, queries() + [BROKEN] * ROUNDS + [LIVE] * 5)
+    for got in answers[:ROUNDS]:
+        assert [m["type"] for m in got] == ["error"], got
+        assert got[0]["payload"]["extensions"]["code"] == "OPERATION_NOT_SUPPORTED", got
+    assert all([m["type"] for m in got] == ["complete"] for got in answers[-5:]), answers[-5:]
+    for got in answers[ROUNDS:2 * ROUNDS]:
+        assert [m["type"] for m in got] == ["error"], got
+        syntax_error_of([{"errors": [got[0]["payload"]]}])
+    await assert_pool_given_back(database_url, server)
+
+
+async def test_trusted_documents_mode_refuses_an_untrusted_document_on_every_transport(database_url, tmp_path):
+    import hashlib
+
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({hashlib.sha256(COMPILED.encode()).hexdigest(): COMPILED}))
+    trusted = LiveServer(database_url, env={"PITH_PERSISTED_DOCUMENTS": str(manifest), "PITH_PERSISTED_ONLY": "1",
+                                            "PITH_POOL_MAX": str(POOL)})
+    try:
+        def refused(errors: list[dict]) -> None:
+            assert [e["extensions"]["code"] for e in errors] == ["PERSISTED_QUERY_REQUIRED"], errors
+
+        async with httpx.AsyncClient(timeout=15) as client:
+            for untrusted in (ORDINARY, BROKEN, LIVE):
+                post = await client.post(trusted.base + "/graphql", json={"query": untrusted})
+                assert post.status_code == 400, post.text
+                refused(post.json()["errors"])
+                (answer,) = await sse(client, trusted.base, untrusted)
+                refused(answer["errors"])
+                (answer,) = await multipart(client, trusted.base, untrusted, leave=False)
+                refused(answer["errors"])
+            assert data_of(await sse(client, trusted.base, COMPILED))["paper"]["arxivId"] == PAPER
+        answers = await transport_ws(trusted.base, [ORDINARY, BROKEN, LIVE, COMPILED], running=())
+        for got in answers[:3]:
+            assert [m["type"] for m in got] == ["error"], got
+            refused(got[0]["payload"])
+        assert data_of([answers[3][0]["payload"]])["paper"]["arxivId"] == PAPER
+        answers = await legacy_ws(trusted.base, [ORDINARY, BROKEN])
+        for got in answers:
+            assert [m["type"] for m in got] == ["error"], got
+            refused([got[0]["payload"]])
+        await assert_pool_given_back(database_url, trusted)
+    finally:
+        trusted.stop()
