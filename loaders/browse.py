@@ -5,7 +5,10 @@ row, to tell whether more follow): a paper's latest snapshot at the instant is t
 (arxiv_id, observed_at) with no later one by then, so no page reads the papers before it. A first page and
 a later one are separate statements (a generic plan cannot turn "no cursor, or after it" into an index
 range). The citesRetracted and retracted filters are the rule of loaders.citations.retracted_sql, checked
-only on works with a retracting event. INBOUND_COUNT_DESC at an instant before the kept totals are exact
+only on works with a retracting event: the papers citing such work are found once per statement (a
+materialized set, from those works' observations), and a page of them (citesRetracted: true, or
+works(filter: {retracted: true})) starts from that set, never from a walk of every paper. Under the pool's
+generic plans (force_generic_plan) no page reads more than the first (tests/test_browse.py EXPLAINs them). INBOUND_COUNT_DESC at an instant before the kept totals are exact
 takes a second statement (every paper counted).
 """
 
@@ -22,11 +25,20 @@ from loaders.papers import PAPER_COLUMNS, paper_from
 from loaders.rows import PaperSnapshot, WorkSnapshot, stands_sql
 from loaders.works import snapshot_from
 
-_LATEST_PAPER: Final = """NOT EXISTS (SELECT 1 FROM paper_snapshots AS n WHERE n.arxiv_id = s.arxiv_id
-                     AND n.observed_at > s.observed_at AND n.observed_at <= $AS)"""
-# Papers with a visible reference whose cited work is retracted at the instant.
-_CITING_RETRACTED: Final = f"""(SELECT o.citing_arxiv_id FROM citation_observations AS o
-     WHERE o.work_id IN {MAY_BE_RETRACTED} AND {VISIBLE} AND {retracted_sql("o.work_id")})"""
+# The row is its paper's latest snapshot at the instant: a probe of the primary key for each row walked
+# (as a NOT EXISTS, the pool's generic plan made it a merge anti join that read every snapshot before
+# the page: 20,340 index rows for a late page at 20,000 papers).
+_LATEST_PAPER: Final = """s.observed_at = (SELECT max(n.observed_at) FROM paper_snapshots AS n
+                     WHERE n.arxiv_id = s.arxiv_id AND n.observed_at <= $AS)"""
+# Papers with a visible reference whose cited work is retracted at the instant: found from the few works
+# with a retracting event by then (the rule, loaders.citations.retracted_sql, checked on those alone) and
+# the observations linked to them (an index on work_id), once per statement (MATERIALIZED: the pool's
+# generic plans otherwise re-ran the semi-join for every paper walked, 555,233 times on a page at
+# 20,000 papers). A page then costs this set once, never a walk of every paper per paper.
+_CITING_RETRACTED_CTE: Final = f"""retracted_citing AS MATERIALIZED (
+    SELECT DISTINCT o.citing_arxiv_id AS arxiv_id FROM citation_observations AS o
+    WHERE o.work_id IN {MAY_BE_RETRACTED} AND o.work_id IS NOT NULL AND {VISIBLE} AND {retracted_sql("o.work_id")})"""
+_CITING_RETRACTED: Final = "(SELECT c.arxiv_id FROM retracted_citing AS c)"
 # Every paper's inbound total at the instant (its inbound connection's totalCount), in one pass.
 _INBOUND_AT: Final = f"""(SELECT o.cited_arxiv_id AS arxiv_id, count(*) AS total FROM citation_observations AS o
      WHERE o.cited_arxiv_id IS NOT NULL AND {VISIBLE} GROUP BY o.cited_arxiv_id)"""
@@ -68,12 +80,28 @@ def _conditions(cites_retracted: bool | None) -> list[str]:
     return conditions
 
 
+def _with_cte(cites_retracted: bool | None, sql: str) -> str:
+    return sql if cites_retracted is None else f"WITH {_CITING_RETRACTED_CTE}\n{sql}"
+
+
 def browse_sql(order: str, cites_retracted: bool | None, after: bool) -> str:
     sort, past = _KEYS[order]
     conditions = _conditions(cites_retracted)
+    if cites_retracted is True and order != "INBOUND_COUNT_DESC":
+        # The few papers that cite retracted work, each with its latest snapshot by a probe of its own,
+        # then ordered: a page is that set's probes, whatever the page's place.
+        latest = (f"SELECT {PAPER_COLUMNS} FROM paper_snapshots AS p WHERE p.arxiv_id = c.arxiv_id "
+                  "AND p.observed_at <= $AS ORDER BY p.observed_at DESC LIMIT 1")
+        return at_param(_with_cte(cites_retracted,
+                                  f"SELECT {_SNAPSHOT_COLUMNS}, NULL::bigint AS inbound\n"
+                                  f"FROM retracted_citing AS c\nCROSS JOIN LATERAL ({latest}) AS s\nWHERE "
+                                  + "\n  AND ".join(conditions[2:-1] + ([past] if after else []))
+                                  + f"\nORDER BY {sort}\nLIMIT $2"), 1)
     if order != "INBOUND_COUNT_DESC":
-        return at_param(f"SELECT {_SNAPSHOT_COLUMNS}, NULL::bigint AS inbound\nFROM paper_snapshots AS s\nWHERE "
-                        + "\n  AND ".join(conditions + ([past] if after else [])) + f"\nORDER BY {sort}\nLIMIT $2", 1)
+        return at_param(_with_cte(cites_retracted,
+                                  f"SELECT {_SNAPSHOT_COLUMNS}, NULL::bigint AS inbound\nFROM paper_snapshots AS s\n"
+                                  "WHERE " + "\n  AND ".join(conditions + ([past] if after else []))
+                                  + f"\nORDER BY {sort}\nLIMIT $2"), 1)
     # Most cited first, from the kept totals (an index walk in this order) at any instant they are exact
     # for. Before that instant the statement returns one row of NULLs instead, and the page is counted
     # (counted_sql). Two statements, not one with both branches: planned together, the counted branch's
@@ -83,21 +111,29 @@ def browse_sql(order: str, cites_retracted: bool | None, after: bool) -> str:
     kept_past = "(-t.total, t.arxiv_id) > (-$6::bigint, $7::text)"
     latest = (f"SELECT {PAPER_COLUMNS} FROM paper_snapshots AS p WHERE p.arxiv_id = t.arxiv_id "
               "AND p.observed_at <= $AS ORDER BY p.observed_at DESC LIMIT 1")
-    kept = (f"SELECT {_SNAPSHOT_COLUMNS}, t.total AS inbound\nFROM paper_inbound_totals AS t\n"
+    totals, filters = "paper_inbound_totals AS t", conditions[2:]
+    if cites_retracted is True:
+        # The few papers that cite retracted work, each with its total by a probe of its own (a join the
+        # planner is free to choose read every paper's total under the generic plan).
+        totals = ("retracted_citing AS c CROSS JOIN LATERAL (SELECT k.arxiv_id, k.total FROM paper_inbound_totals "
+                  "AS k WHERE k.arxiv_id = c.arxiv_id LIMIT 1) AS t")
+        filters = filters[:-1]
+    kept = (f"SELECT {_SNAPSHOT_COLUMNS}, t.total AS inbound\nFROM {totals}\n"
             f"CROSS JOIN LATERAL ({latest}) AS s\nWHERE " + _TOTALS_EXACT + "\n  AND "
-            + "\n  AND ".join(conditions[2:] + ([kept_past] if after else []))
+            + "\n  AND ".join(filters + ([kept_past] if after else []))
             + "\nORDER BY -t.total, t.arxiv_id\nLIMIT $2")
     not_exact = f"SELECT {', '.join(['NULL'] * (PAPER_COLUMNS.count(',') + 2))} WHERE NOT {_TOTALS_EXACT}"
-    return at_param(f"({kept})\nUNION ALL\n{not_exact}", 1)
+    return at_param(_with_cte(cites_retracted, f"({kept})\nUNION ALL\n{not_exact}"), 1)
 
 
 def counted_sql(cites_retracted: bool | None, after: bool) -> str:
     """INBOUND_COUNT_DESC at an instant the kept totals are not exact for: every paper's total counted."""
     sort, past = _KEYS["INBOUND_COUNT_DESC"]
-    return at_param(f"SELECT * FROM (SELECT {_SNAPSHOT_COLUMNS}, coalesce(c.total, 0) AS inbound\n"
-                    f"FROM paper_snapshots AS s\nLEFT JOIN {_INBOUND_AT} AS c ON c.arxiv_id = s.arxiv_id\n"
-                    "WHERE " + "\n  AND ".join(_conditions(cites_retracted)) + ") AS s"
-                    + (f"\nWHERE {past}" if after else "") + f"\nORDER BY {sort}\nLIMIT $2", 1)
+    return at_param(_with_cte(cites_retracted,
+                              f"SELECT * FROM (SELECT {_SNAPSHOT_COLUMNS}, coalesce(c.total, 0) AS inbound\n"
+                              f"FROM paper_snapshots AS s\nLEFT JOIN {_INBOUND_AT} AS c ON c.arxiv_id = s.arxiv_id\n"
+                              "WHERE " + "\n  AND ".join(_conditions(cites_retracted)) + ") AS s"
+                              + (f"\nWHERE {past}" if after else "") + f"\nORDER BY {sort}\nLIMIT $2"), 1)
 
 
 @dataclass(frozen=True)
@@ -119,8 +155,8 @@ async def browse_papers(db: Db, as_of: datetime, first: int, order: str, categor
 
 # Works: each work's latest snapshot at the instant, by work id. $1 instant, $2 rows, $3 event type,
 # $4 event source (works with such an event by the instant); $5 the cursor's work id.
-_LATEST_WORK: Final = """NOT EXISTS (SELECT 1 FROM work_snapshots AS n WHERE n.work_id = w.work_id
-                     AND n.observed_at > w.observed_at AND n.observed_at <= $AS)"""
+_LATEST_WORK: Final = """w.observed_at = (SELECT max(n.observed_at) FROM work_snapshots AS n
+                     WHERE n.work_id = w.work_id AND n.observed_at <= $AS)"""
 _HAS_EVENT: Final = f"""($3::text IS NULL AND $4::text IS NULL OR w.work_id IN (
         SELECT e.work_id FROM work_events AS e WHERE {stands_sql("e")}
            AND ($3::text IS NULL OR e.event_type = $3::text) AND ($4::text IS NULL OR e.source = $4::text)))"""
@@ -129,8 +165,17 @@ _HAS_EVENT: Final = f"""($3::text IS NULL AND $4::text IS NULL OR w.work_id IN (
 def works_sql(retracted: bool | None, after: bool) -> str:
     conditions = ["w.observed_at <= $AS", _LATEST_WORK, _HAS_EVENT]
     if retracted is True:
-        conditions.append(f"w.work_id IN {MAY_BE_RETRACTED} AND {retracted_sql('w.work_id')}")
-    elif retracted is False:
+        # The few works with a retracting event by the instant, in work id order (from the cursor on),
+        # the rule checked on each, its latest snapshot by a probe of its own: a page never walks the
+        # works without one.
+        latest = ("SELECT * FROM work_snapshots AS s WHERE s.work_id = r.work_id AND s.observed_at <= $AS "
+                  "ORDER BY s.observed_at DESC LIMIT 1")
+        candidates = (f"SELECT DISTINCT m.work_id FROM {MAY_BE_RETRACTED} AS m(work_id)"
+                      + (" WHERE m.work_id > $5::uuid" if after else ""))
+        return at_param(f"SELECT w.* FROM ({candidates}) AS r\nCROSS JOIN LATERAL ({latest}) AS w\nWHERE "
+                        + "\n  AND ".join([_HAS_EVENT, retracted_sql("r.work_id")])
+                        + "\nORDER BY r.work_id\nLIMIT $2", 1)
+    if retracted is False:
         conditions.append(f"NOT {retracted_sql('w.work_id')}")
     if after:
         conditions.append("w.work_id > $5::uuid")

@@ -235,3 +235,74 @@ async def test_kept_inbound_totals_follow_every_writer(synthetic):
     finally:
         await conn.close()
     assert [e["node"]["arxivId"] for e in edges] == ["9912.00001"] and edges[0]["inboundCount"] == 0
+
+
+def _scanned(plan: dict) -> int:
+    """Rows the plan's scans read (returned or filtered out), over all their loops."""
+    loops = plan.get("Actual Loops", 1)
+    own = 0
+    if "Scan" in plan["Node Type"]:
+        own = (plan.get("Actual Rows", 0) + plan.get("Rows Removed by Filter", 0)
+               + plan.get("Rows Removed by Index Recheck", 0)) * loops
+    return own + sum(_scanned(p) for p in plan.get("Plans", ()))
+
+
+def _loops_on(plan: dict, table: str) -> int:
+    """The most times a scan of `table` runs in the plan."""
+    own = plan.get("Actual Loops", 1) if plan.get("Relation Name") == table else 0
+    return max([own, *(_loops_on(p, table) for p in plan.get("Plans", ()))])
+
+
+EXPLAINED: dict[str, int] = {}
+
+
+async def _explained(conn: asyncpg.Connection, sql: str, *args) -> int:
+    import json
+
+    statement = await conn.prepare("EXPLAIN (ANALYZE, FORMAT JSON, TIMING OFF) " + sql)
+    (row,) = await statement.fetch(*args)
+    plan = (row[0] if isinstance(row[0], list) else json.loads(row[0]))[0]["Plan"]
+    EXPLAINED["citation_observations"] = _loops_on(plan, "citation_observations")
+    return _scanned(plan)
+
+
+@pytest.mark.parametrize("cites_retracted", [None, True, False])
+async def test_every_page_reads_what_one_page_needs_under_generic_plans(synthetic, cites_retracted):
+    """EXPLAIN ANALYZE of each page's statement as the pool runs it (force_generic_plan): a page near
+    the end reads no more than the first does, in every order and filter; citesRetracted reads the few
+    papers citing retracted work once, not a semi-join per paper walked."""
+    from app.db.pool import BEGIN
+    from loaders.browse import browse_papers, browse_sql, browse_works, sort_key, works_sql
+
+    _, url, high = synthetic
+    at = high.replace(microsecond=0) + timedelta(seconds=1)
+    conn = await asyncpg.connect(url)
+    try:
+        retracting = await conn.fetchval("SELECT count(DISTINCT work_id) FROM work_events WHERE event_type IN "
+                                         "('retraction', 'withdrawal')")
+        await conn.execute(BEGIN.format(ms=60_000))
+        for order in ("ARXIV_ID", "SUBMITTED_AT", "INBOUND_COUNT_DESC"):
+            cursors, after = [], None
+            while True:  # every page's cursor, through the loader itself
+                page = await browse_papers(conn, at, 10, order, None, None, None, cites_retracted, after)
+                if not page.more:
+                    break
+                paper, inbound = page.papers[-1]
+                after = sort_key(order, paper, inbound)
+                if order == "SUBMITTED_AT":
+                    after = [paper.submitted_at, paper.arxiv_id]
+                cursors.append(after)
+            assert len(cursors) >= 2, (order, cites_retracted)
+            first = await _explained(conn, browse_sql(order, cites_retracted, False), at, 11, None, None, None)
+            late = await _explained(conn, browse_sql(order, cites_retracted, True), at, 11, None, None, None,
+                                    *cursors[-1])
+            assert late <= 2 * first + 50, (order, cites_retracted, first, late)
+            if cites_retracted is not None:  # the references are probed per retracting work, never per paper
+                assert EXPLAINED["citation_observations"] <= retracting, (order, EXPLAINED)
+        if cites_retracted is not False:
+            works = [w.work_id for w in (await browse_works(conn, at, 1000, cites_retracted, None, None, None)).works]
+            first = await _explained(conn, works_sql(cites_retracted, False), at, 3, None, None)
+            late = await _explained(conn, works_sql(cites_retracted, True), at, 3, None, None, works[-4])
+            assert late <= 2 * first + 50, ("works", cites_retracted, first, late)
+    finally:
+        await conn.close()
