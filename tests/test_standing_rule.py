@@ -180,16 +180,18 @@ async def test_per_edge_every_reader_agrees_once_the_store_keeps_the_rule(admin_
         assert len(eventful) >= 5 and unchecked > 0
         # Today's readers also read the events' ends (migration 0013): a store of 0008 has none, so an empty
         # table of that shape stands in while they read it, and goes before the migrations run.
+        # So do the prices of a paper's timeline and diff (its observation counts, migration 0012).
         conn = await asyncpg.connect(url)
         await conn.execute("CREATE TABLE work_event_ends (work_id uuid, source text, event_type text, "
                            "observed_at timestamptz, ended_at timestamptz)")
+        await conn.execute("CREATE TABLE paper_observation_counts (arxiv_id text, inbound bigint, outbound bigint)")
         await conn.close()
         before = await disagreements(url, papers, at)
         assert before, "the readers disagree on a store without the rule"
 
         conn = await asyncpg.connect(url)
         try:
-            await conn.execute("DROP TABLE work_event_ends")
+            await conn.execute("DROP TABLE work_event_ends; DROP TABLE paper_observation_counts")
             notes: list[str] = []
             applied = await migrate(conn, notes)
             assert applied[0] == "0009_standing_rule"
