@@ -9,12 +9,17 @@ from loaders.base import Db, at_param
 from loaders.rows import Measurement
 
 MEASUREMENTS_TEMPLATE: Final = """
-SELECT DISTINCT ON (arxiv_id, source) arxiv_id, source, observed_at, count
-FROM external_measurements
-WHERE arxiv_id = ANY($1::text[])
-  AND observed_at <= $AS
-ORDER BY arxiv_id, source, observed_at DESC
-"""
+SELECT m.arxiv_id, m.source, m.observed_at, m.count,
+       (SELECT array_agg(y.year || ':' || y.count ORDER BY y.year) FROM external_measurement_years AS y
+        WHERE y.arxiv_id = m.arxiv_id AND y.source = m.source AND y.observed_at = m.observed_at) AS by_year
+FROM (
+    SELECT DISTINCT ON (arxiv_id, source) arxiv_id, source, observed_at, count
+    FROM external_measurements
+    WHERE arxiv_id = ANY($1::text[])
+      AND observed_at <= $AS
+    ORDER BY arxiv_id, source, observed_at DESC
+) AS m
+"""  # (by_year: the source's counts by year of that measurement, "year:count", or NULL when it gave none)
 MEASUREMENTS_BY_ARXIV_ID: Final = at_param(MEASUREMENTS_TEMPLATE, 2)
 
 
@@ -26,6 +31,8 @@ def measurements_from_rows(rows: Sequence[Any], arxiv_ids: Sequence[str]) -> lis
     found: dict[str, list[Measurement]] = {}
     for row in rows:
         found.setdefault(row["arxiv_id"], []).append(
-            Measurement(row["arxiv_id"], row["source"], row["observed_at"], row["count"])
+            Measurement(row["arxiv_id"], row["source"], row["observed_at"], row["count"],
+                        tuple(tuple(int(v) for v in item.split(":")) for item in row["by_year"])
+                        if row["by_year"] is not None else None)
         )
     return [found.get(a, []) for a in arxiv_ids]

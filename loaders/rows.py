@@ -198,6 +198,7 @@ class Measurement:
     source: str
     observed_at: datetime
     count: int
+    by_year: tuple[tuple[int, int], ...] | None = None  # (year, count), when the source counts by year
 
 
 @dataclass(frozen=True, slots=True)

@@ -218,3 +218,79 @@ async def test_every_source_in_any_order_gives_what_date_order_gives(admin_url, 
     assert works["10.1000/back.9"]["title"] == "Back again"
     later = {w["doi"]: w for w in by_month["2026-12-01T00:00:00Z"][0]["works"]["nodes"]}
     assert later[ARXIV_DOI]["retracted"] is True  # the reinstatement row withdrawn in the third month
+
+
+# --- nothing dropped ----------------------------------------------------------------------------------------
+
+PLOS = "10.1371/journal.pone.0033693"
+
+
+def plos_work() -> dict:
+    """A Crossref work in the public-data-file layout (constructed): the DOI of an arXiv paper's journal
+    version, with 70 real Crossref references (those of funded.json.gz's work, in their order)."""
+    import gzip
+
+    real = json.loads(gzip.open(DATA / "funded.json.gz").read())["items"][0]
+    refs = [dict(r, key=f"pone.0033693-{i}") for i, r in enumerate(real["reference"][:70], start=1)]
+    refs[1] = {k: v for k, v in refs[1].items() if k not in ("DOI", "doi-asserted-by")}  # one without a DOI
+    refs[2] = dict(refs[2], **{"doi-asserted-by": "crossref"})
+    return {"DOI": PLOS.upper(), "title": ["A journal version"], "container-title": ["PLoS ONE"],
+            "issued": {"date-parts": [[2012, 3, 21]]}, "type": "journal-article", "reference-count": 70,
+            "is-referenced-by-count": 5, "reference": refs}
+
+
+async def test_crossref_references_are_the_arxiv_papers_outbound_in_order(admin_url, tmp_path):
+    url = await sample_database(admin_url, "pith_test_crossref_refs")
+    # The arXiv paper whose journal version the work is (a metadata-snapshot record, constructed).
+    paper = {"id": "1203.00001", "title": "An arXiv paper", "categories": "q-bio.PE", "doi": PLOS,
+             "versions": [{"version": "v1", "created": "Mon, 5 Mar 2012 10:00:00 GMT"}]}
+    work = plos_work()
+    try:
+        imported(url, "arxiv", jsonl(tmp_path / "arxiv.jsonl", paper), at="2026-09-01T00:00:00Z")
+        summary = imported(url, "crossref", jsonl(tmp_path / "plos.jsonl", work), str(DATA / "funded.json.gz"),
+                           at="2026-09-02T00:00:00Z")
+        # The other work's 72 references are no arXiv paper's: skipped, and said so.
+        assert "72 skipped (72 references of works that are no loaded arXiv paper's)" in summary, summary
+        async for served in serve(url, StatementLog()):
+            body = await served.graphql("""{ paper(arxivId: "1203.00001") { doi outbound(first: 100) { totalCount
+              nodes { source referenceIndex resolution { status resolverSource } citedWork { doi title year } } } } }""")
+            outbound = body["data"]["paper"]["outbound"]
+            assert body["data"]["paper"]["doi"] == PLOS and outbound["totalCount"] == 70
+            refs = work["reference"]
+            assert [n["referenceIndex"] for n in outbound["nodes"]] == list(range(1, 71))
+            assert [n["citedWork"]["doi"] for n in outbound["nodes"]] == [
+                r["DOI"].lower() if "DOI" in r else None for r in refs]
+            assert {n["source"] for n in outbound["nodes"]} == {"crossref"}
+            statuses = [(n["resolution"]["status"], n["resolution"]["resolverSource"]) for n in outbound["nodes"]]
+            assert statuses[:3] == [("VERIFIED_EXACT", "publisher"), ("UNRESOLVED", None),
+                                    ("VERIFIED_EXACT", "crossref")]
+            assert outbound["nodes"][1]["citedWork"]["title"] == refs[1]["unstructured"]
+            assert outbound["nodes"][0]["citedWork"]["year"] == int(refs[0]["year"])
+        # The next month's snapshot is the same list observed again.
+        before = await facts(url)
+        imported(url, "crossref", jsonl(tmp_path / "plos.jsonl", work), at="2026-10-02T00:00:00Z")
+        after = await facts(url)
+        assert after["citation_observations"] == before["citation_observations"]
+        assert after["resolutions"] == before["resolutions"] + 70
+    finally:
+        await drop_database(admin_url, url)
+
+
+async def test_openalex_counts_of_an_arxiv_work_are_the_papers(admin_url, tmp_path):
+    url = await sample_database(admin_url, "pith_test_oa_counts")
+    work = {**ARXIV_WORK, "counts_by_year": REAL["counts_by_year"][:3]}
+    try:
+        imported(url, "openalex", jsonl(tmp_path / "w.jsonl", work), at="2026-09-01T00:00:00Z")
+        async for served in serve(url, StatementLog()):
+            body = await served.graphql("""{ paper(arxivId: "%s", asOf: "2026-09-01T00:00:00Z") {
+              externalCitationMeasurements { source count observedAt byYear { year count } } } }""" % PAPER)
+            found = {m["source"]: m for m in body["data"]["paper"]["externalCitationMeasurements"]}
+            assert found["openalex"] == {"source": "openalex", "count": 11, "observedAt": "2026-09-01T00:00:00Z",
+                                         "byYear": [{"year": y["year"], "count": y["cited_by_count"]}
+                                                    for y in sorted(REAL["counts_by_year"][:3], key=lambda y: y["year"])]}
+            record = (await served.client.get(f"/paper/{PAPER}/citation-record.json",
+                                              params={"as_of": "2026-09-01T00:00:00Z"})).json()
+            assert {"count": 11, "observed_at": "2026-09-01T00:00:00Z", "source": "openalex"} in \
+                record["external_citation_measurements"]
+    finally:
+        await drop_database(admin_url, url)

@@ -60,7 +60,8 @@ CROSSREF_RELATIONS = {"is-retracted-by": "retraction", "has-retraction": "retrac
 # the arXiv metadata say nothing of standing).
 STANDING_SOURCES = ("crossref", "retraction_watch", "openalex")
 # Sources that describe a work only when no snapshot of it (or none with a title) is there at their instant.
-FALLBACK_DESCRIBERS = ("retraction_watch", "opencitations")
+CROSSREF_REFERENCE = "crossref_reference"  # a work known only from a Crossref reference to it
+FALLBACK_DESCRIBERS = ("retraction_watch", "opencitations", CROSSREF_REFERENCE)
 # Staged facts of one import with the same key: which one stands (app.ingest.store stages every batch).
 DEDUPE = (("work_events", "work_id, source, event_type, observed_at", "reported_at DESC NULLS LAST, ctid DESC"),
           ("work_snapshots", "work_id, observed_at", "ctid DESC"),
@@ -98,7 +99,8 @@ class Reference:
     doi: str | None
     title: str | None
     year: int | None
-    citing_doi: str | None = None  # OpenCitations: the citing work, until it is known as an arXiv paper
+    citing_doi: str | None = None  # OpenCitations, Crossref: the citing work, until it is known as an arXiv paper
+    asserted_by: str | None = None  # Crossref: who asserted the reference's DOI (crossref, publisher)
 
 
 @dataclass
@@ -307,6 +309,7 @@ class Importer:
         self.papers: dict[str, tuple] = {}
         self.paper_dois: dict[str, str] = {}
         self.cited_counts: dict[str, int] = {}  # OpenCitations: citing rows per cited DOI
+        self.paper_counts: dict[str, tuple[int, list[tuple[int, int]]]] = {}  # OpenAlex: an arXiv paper's counts
         # OpenAlex: every work's id (to link references to works described anywhere in the import) and the
         # arXiv works' references, spilled to temporary tables batch by batch, resolved at the end.
         self.openalex_ids: list[tuple[str, str | None, str | None, int | None]] = []
@@ -435,6 +438,19 @@ class Importer:
             target = normalize_doi(update.get("DOI")) if isinstance(update, dict) else None
             if target is not None and update.get("type") in CROSSREF_EVENTS:
                 self.report(target).event(CROSSREF_EVENTS[update["type"]], _crossref_date(update.get("updated")), doi)
+        # The work's reference list, in order: outbound observations of the arXiv paper whose DOI the work's
+        # is (kept until the batch's papers are looked up), each with the DOI Crossref gives and who asserted it.
+        for i, ref in enumerate(work.get("reference") or (), start=1):
+            if not isinstance(ref, dict):
+                self.summary.skip("reference entries that are not JSON objects")
+                continue
+            year = ref.get("year")
+            printed = (_text(ref.get("unstructured")) or _text(ref.get("article-title"))
+                       or _text(ref.get("volume-title")) or _text(ref.get("journal-title")))
+            self.references.append(Reference(
+                "", i, f"crossref:{doi}:{ref.get('key') or i}", normalize_doi(ref.get("DOI")), printed,
+                int(year[:4]) if isinstance(year, str) and year[:4].isdigit() else None, citing_doi=doi,
+                asserted_by=ref.get("doi-asserted-by") if isinstance(ref.get("doi-asserted-by"), str) else None))
         relation = work.get("relation")
         if isinstance(relation, dict):
             for kind, event_type in CROSSREF_RELATIONS.items():
@@ -488,6 +504,13 @@ class Importer:
             if work.get("is_retracted") is True:
                 report.event("retraction", None, None)
         if arxiv is not None:
+            # The counts are the arXiv paper's too: its externalCitationMeasurements, with counts_by_year.
+            count = _count(work.get("cited_by_count"))
+            if count is not None:
+                years = [(y["year"], y["cited_by_count"]) for y in work.get("counts_by_year") or ()
+                         if isinstance(y, dict) and isinstance(y.get("year"), int)
+                         and _count(y.get("cited_by_count")) is not None]
+                self.paper_counts[arxiv] = (count, years)
             for i, ref in enumerate(work.get("referenced_works") or (), start=1):
                 if isinstance(ref, str):
                     self.openalex_refs.append((arxiv, i, ref))
@@ -524,6 +547,13 @@ class Importer:
             self.cited_counts = {}
         facts = Facts()
         at = self.at
+        if self.paper_counts:
+            for arxiv_id, (count, _) in self.paper_counts.items():
+                facts.measurements[(arxiv_id, self.name, at)] = (count,)
+            await self.conn.executemany(
+                "INSERT INTO external_measurement_years VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+                [(a, self.name, at, year, n) for a, (_, years) in self.paper_counts.items() for year, n in years])
+            self.paper_counts = {}
         if self.papers:
             for arxiv_id, (title, versions, category, submitted, updated) in self.papers.items():
                 facts.papers[(arxiv_id, at)] = (title, versions, category, submitted, updated)
@@ -661,7 +691,7 @@ class Importer:
         citing DOI is a known arXiv paper's. A referenced work not described in the same import is
         kept as an unlinked observation (its OpenAlex id as the printed title), resolvable later."""
         refs, self.references = self.references, []
-        if self.source == "opencitations":
+        if self.source in ("opencitations", "crossref"):
             by_doi = {r["doi"]: r["arxiv_id"] for r in await self.conn.fetch(
                 "SELECT DISTINCT ON (doi) doi, arxiv_id FROM paper_dois WHERE doi = any($1::text[]) "
                 "ORDER BY doi, observed_at DESC", list({r.citing_doi for r in refs if r.citing_doi}))}
@@ -669,7 +699,11 @@ class Importer:
             for r in refs:
                 citing = by_doi.get(r.citing_doi or "") or arxiv_id_of_doi(r.citing_doi or "")
                 if citing is not None:
-                    kept.append(Reference(citing, 0, r.key, r.doi, None, None))
+                    kept.append(Reference(citing, r.index, r.key, r.doi, r.title, r.year, asserted_by=r.asserted_by))
+                elif self.source == "opencitations":
+                    self.summary.skip("citations whose citing DOI is no loaded arXiv paper's (counted for the cited work)")
+                else:
+                    self.summary.skip("references of works that are no loaded arXiv paper's")
             refs = kept
         citing_known = {r["arxiv_id"] for r in await self.conn.fetch(
             "SELECT DISTINCT arxiv_id FROM paper_snapshots WHERE arxiv_id = any($1::text[]) AND observed_at <= $2",
@@ -683,17 +717,23 @@ class Importer:
                 continue
             works = self.known_work_ids.get(r.doi or "") or []
             work_id = works[0][0] if works else None
-            # A cited work new to the database is described by its own record (OpenAlex), or here (OpenCitations).
+            # A cited work new to the database is described by its own record (OpenAlex), or here: by
+            # OpenCitations, or by the Crossref reference (what it printed, and no receipt: a reference says
+            # nothing of the cited work's standing).
             if self.source != "openalex" and work_id is not None and works[0][1] is None \
                     and (work_id, self.at) not in facts.works:
-                report = WorkReport(title=r.title, year=r.year, snapshot=True)
-                self._work_facts(facts, work_id, r.doi or "", report, None)
+                if self.source == "crossref":
+                    facts.works[(work_id, self.at)] = (arxiv_id_of_doi(r.doi or ""), r.doi, CROSSREF_REFERENCE, None,
+                                                       r.title, None, r.year)
+                else:
+                    report = WorkReport(title=r.title, year=r.year, snapshot=True)
+                    self._work_facts(facts, work_id, r.doi or "", report, None)
             cited = arxiv_id_of_doi(r.doi) if r.doi else None
             oid = work_id_of_doi(r.key)  # the same rule: a UUID of the name
             facts.observations[(oid,)] = (r.citing_arxiv_id, r.index, self.name, self.at, cited, work_id,
                                           r.title, r.year)
-            facts.resolutions[(oid, self.at)] = ("verified_exact" if work_id else "unresolved",
-                                                 self.name if work_id else None)
+            resolver = (r.asserted_by if self.source == "crossref" and r.asserted_by else self.name) if work_id else None
+            facts.resolutions[(oid, self.at)] = ("verified_exact" if work_id else "unresolved", resolver)
 
 
 # --- the standing rule's runs ---------------------------------------------------------------------

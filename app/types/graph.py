@@ -13,7 +13,7 @@ from strawberry.types import Info
 
 from app import cursors, record
 from app.types.enums import ResolutionStatus
-from app.types.measurement import ExternalCitationMeasurement
+from app.types.measurement import CountInYear, ExternalCitationMeasurement
 from app.types.node import Node, global_id
 from app.types.pageinfo import PageInfo
 from app.types.paging import page_request
@@ -197,7 +197,9 @@ class Paper(Node):
     @strawberry.field(description="Each source's latest citation count at the instant, by source; never summed.")
     async def external_citation_measurements(self, info: Info) -> list[ExternalCitationMeasurement]:
         found = await info.context.loaders(self.as_of).measurements.load(self.arxiv_id)
-        return [ExternalCitationMeasurement(source=m.source, count=m.count, observed_at=m.observed_at)
+        return [ExternalCitationMeasurement(source=m.source, count=m.count, observed_at=m.observed_at,
+                                            by_year=[CountInYear(year=y, count=n) for y, n in m.by_year]
+                                            if m.by_year is not None else None)
                 for m in sorted(found, key=lambda m: m.source)]
 
     @strawberry.field(description="This paper's canonical v1 citation record at the same instant.")

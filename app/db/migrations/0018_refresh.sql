@@ -13,3 +13,15 @@ CREATE TABLE whole_source_checks (
 );
 -- (Files imported before this migration recorded no such check: their receipts stay as they were.)
 GRANT SELECT ON whole_source_checks TO pith_reader;
+
+-- A source's citation count of a paper by the year the citations were made (OpenAlex counts_by_year), with
+-- the count it belongs to (external_measurements: the same paper, source and instant).
+CREATE TABLE external_measurement_years (
+    arxiv_id    text COLLATE "C" NOT NULL,
+    source      text NOT NULL,
+    observed_at timestamptz NOT NULL,
+    year        integer NOT NULL,
+    count       integer NOT NULL CHECK (count >= 0),
+    PRIMARY KEY (arxiv_id, source, observed_at, year)
+);
+GRANT SELECT ON external_measurement_years TO pith_reader;
