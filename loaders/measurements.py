@@ -32,7 +32,14 @@ def measurements_from_rows(rows: Sequence[Any], arxiv_ids: Sequence[str]) -> lis
     for row in rows:
         found.setdefault(row["arxiv_id"], []).append(
             Measurement(row["arxiv_id"], row["source"], row["observed_at"], row["count"],
-                        tuple(tuple(int(v) for v in item.split(":")) for item in row["by_year"])
-                        if row["by_year"] is not None else None)
+                        _years(row["by_year"]))
         )
     return [found.get(a, []) for a in arxiv_ids]
+
+
+def _years(items: Sequence[str] | None) -> tuple[tuple[int, int], ...] | None:
+    """("2023:45", ...) as ((2023, 45), ...)."""
+    if items is None:
+        return None
+    pairs = [item.split(":") for item in items]
+    return tuple((int(year), int(count)) for year, count in pairs)

@@ -701,7 +701,8 @@ class Importer:
                 if citing is not None:
                     kept.append(Reference(citing, r.index, r.key, r.doi, r.title, r.year, asserted_by=r.asserted_by))
                 elif self.source == "opencitations":
-                    self.summary.skip("citations whose citing DOI is no loaded arXiv paper's (counted for the cited work)")
+                    self.summary.skip("citations whose citing DOI is no loaded arXiv paper's "
+                                      "(counted for the cited work)")
                 else:
                     self.summary.skip("references of works that are no loaded arXiv paper's")
             refs = kept
@@ -732,7 +733,8 @@ class Importer:
             oid = work_id_of_doi(r.key)  # the same rule: a UUID of the name
             facts.observations[(oid,)] = (r.citing_arxiv_id, r.index, self.name, self.at, cited, work_id,
                                           r.title, r.year)
-            resolver = (r.asserted_by if self.source == "crossref" and r.asserted_by else self.name) if work_id else None
+            resolver = ((r.asserted_by if self.source == "crossref" and r.asserted_by else self.name)
+                        if work_id else None)
             facts.resolutions[(oid, self.at)] = ("verified_exact" if work_id else "unresolved", resolver)
 
 
