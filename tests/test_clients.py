@@ -107,7 +107,7 @@ async def test_relay_compiler_compiles_refetchable_connections_and_append_node(r
     assert relay_compiled.returncode == 0, relay_compiled.stdout + relay_compiled.stderr
     made = {p.name.removesuffix(".graphql.js") for p in GENERATED.glob("*.graphql.js")}
     assert {"PaperInboundPaginationQuery", "PaperOutboundPaginationQuery", "PaperTimelinePaginationQuery",
-            "SearchResultsPaginationQuery", "CitationAddedSubscription"} <= made
+            "SearchResultsPaginationQuery", "CitationAddedSubscription", "CitationEdgeAddedSubscription"} <= made
 
 
 async def test_apollo_client(npm_installed, clients_server):
@@ -121,6 +121,10 @@ async def test_urql_and_graphcache(npm_installed, clients_server):
 async def test_relay_runtime_runs_the_compiled_artifacts(relay_compiled, clients_server):
     assert relay_compiled.returncode == 0, relay_compiled.stderr
     node_test("relay.test.mjs", *clients_server, events=1)
+
+
+async def test_the_readmes_live_recipes_splice_and_resume(npm_installed, clients_server):
+    node_test("splice.test.mjs", *clients_server)
 
 
 async def test_graphql_ws_and_graphql_sse(npm_installed, clients_server):

@@ -58,3 +58,12 @@ async def test_readme_examples_with_a_cursor_or_id_to_fill_in_answer_once_filled
         assert "errors" not in body, (query, body["errors"])
         filled += 1
     assert filled >= 3
+
+
+async def test_the_readmes_live_recipes_are_the_files_the_client_tests_run():
+    """tests/clients/recipes/*.mjs, run by tests/clients/splice.test.mjs, appear in the README as they are."""
+    text = (ROOT / "README.md").read_text()
+    recipes = sorted((ROOT / "tests" / "clients" / "recipes").glob("*.mjs"))
+    assert len(recipes) == 3
+    for path in recipes:
+        assert f"// recipes/{path.name}\n" + path.read_text().rstrip("\n") + "\n```" in text, path.name

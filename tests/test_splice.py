@@ -38,13 +38,15 @@ def read(server, first: int = 100) -> dict:
 
 
 def splice(connection: dict, event: dict) -> None:
-    """What the README's cache recipe does: insert after the loaded edge named by previousCursor (first
-    when it is null); when no loaded edge has it, the edge lies past the loaded pages: only the total moves."""
+    """What the README's cache recipe (tests/clients/recipes/splice.mjs) does: insert after the loaded edge
+    named by previousCursor (first when it is null); when no loaded edge has it, or it is the last loaded
+    one and more pages follow, the edge lies past the loaded pages: only the total moves."""
     edges = connection["edges"]
     cursors = [e["cursor"] for e in edges]
+    more = connection["pageInfo"]["hasNextPage"]
     if event["previousCursor"] is None:
         edges.insert(0, event["edge"])
-    elif event["previousCursor"] in cursors:
+    elif event["previousCursor"] in cursors[:-1] or (cursors and event["previousCursor"] == cursors[-1] and not more):
         edges.insert(cursors.index(event["previousCursor"]) + 1, event["edge"])
     connection["totalCount"] = event["totalCount"]
 
@@ -68,6 +70,7 @@ async def test_events_splice_into_loaded_pages_as_a_fresh_read_lists_them(fifth_
     after = read(server)
     assert [e["totalCount"] for e in events] == list(range(full["totalCount"] - 5, full["totalCount"] + 1))
     assert full == after["paper"]["inbound"], "the spliced pages are not the fresh read's"
+    assert partial["pageInfo"]["hasNextPage"]
     # Loaded pages that stop early: they hold what the fresh read holds up to their last edge, no more.
     end = [e["cursor"] for e in after["paper"]["inbound"]["edges"]].index(partial["edges"][-1]["cursor"])
     assert partial["edges"] == after["paper"]["inbound"]["edges"][:end + 1]

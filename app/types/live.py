@@ -47,8 +47,9 @@ class CitationAddedEvent:
         "index, observation id) and the node, as of when the event is sent."))
     previous_cursor: str | None = strawberry.field(description=(
         "The cursor of the edge just before this one in inbound order (null: it comes first). Insert the edge "
-        "after the loaded edge with this cursor; when none of the loaded edges has it, the edge belongs past "
-        "the loaded pages (it will come with them): only totalCount changes."))
+        "after the loaded edge with this cursor; when none of the loaded edges has it (or it is the last loaded "
+        "edge while more pages follow), the edge belongs past the loaded pages (it will come with them): only "
+        "totalCount changes."))
     total_count: int = strawberry.field(description=(
         "Paper.inbound's totalCount (no filter) with this observation, at the event's position."))
 

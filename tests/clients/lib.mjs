@@ -36,3 +36,10 @@ export async function post(query, variables) {
     body: JSON.stringify({ query, variables }) });
   return response.json();
 }
+
+// One made-up citation of TRAVEL.live, imported as of now (`pith-graph sample-citation`), by `citing`
+// (an arXiv id; it decides where the citation sorts in inbound order) or by a new made-up paper.
+export function addSampleCitation(citing) {
+  const args = ["-m", "app.cli", "sample-citation", TRAVEL.live, ...(citing ? ["--citing", citing] : [])];
+  return execFileSync(process.env.PITH_PYTHON, args, { cwd: process.env.PITH_ROOT, stdio: "pipe" }).toString();
+}

@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { createRequire } from "node:module";
 import { createClient } from "graphql-ws";
 import WebSocket from "ws";
-import { TRAVEL, URL_, WS_URL, decodeId, loadNextRecord, within } from "./lib.mjs";
+import { TRAVEL, URL_, WS_URL, addSampleCitation, decodeId, loadNextRecord, within } from "./lib.mjs";
 
 const require = createRequire(import.meta.url);
 const { ConnectionHandler, Environment, Network, Observable, RecordSource, Store, fetchQuery, getSelector,
@@ -111,4 +111,38 @@ test("@appendNode adds a live citation to the inbound connection on screen", asy
   assert.deepEqual(errors, []);
   const after = read(env, "PaperInbound_paper", paper).inbound.edges;
   assert.equal(after.length, before + 1);
+});
+
+test("@appendEdge adds a live citation's edge, cursor included, and an updater keeps totalCount", async () => {
+  const sent = [];
+  const env = environment(sent);
+  const { paper } = await fetchQuery(env, artifact("PaperInboundQuery"), { id: TRAVEL.live }).toPromise();
+  const all = await pageToTheEnd(env, "PaperInbound_paper", "inbound", "PaperInboundPaginationQuery", paper,
+                                 { id: paper.id, count: 4 });
+  const connection = ConnectionHandler.getConnectionID(paper.id, "PaperInbound_inbound");
+  const before = sent.length;
+  let resolve;
+  const arrived = new Promise((r) => { resolve = r; });
+  const errors = [];
+  const disposable = requestSubscription(env, {
+    subscription: artifact("CitationEdgeAddedSubscription"),
+    variables: { id: TRAVEL.live, connections: [connection] },
+    // @appendEdge appends; the total is the event's (a fresh read's totalCount).
+    updater: (store, data) => store.get(connection)?.setValue(data.citationAdded.totalCount, "totalCount"),
+    onNext: resolve,
+    onError: (e) => errors.push(e),
+  });
+  await new Promise((r) => setTimeout(r, 700));
+  addSampleCitation();  // a new paper of this month: it sorts last, where @appendEdge puts it
+  const event = await within(15000, arrived, "citationAdded over graphql-ws");
+  disposable.dispose();
+  await env.ws.dispose();
+  assert.deepEqual(errors, []);
+  assert.equal(sent.length, before, "no query after the event");
+  const after = read(env, "PaperInbound_paper", paper).inbound;
+  assert.equal(after.edges.length, all.edges.length + 1);
+  assert.equal(after.totalCount, all.totalCount + 1);
+  assert.equal(event.citationAdded.totalCount, all.totalCount + 1);
+  assert.equal(after.edges.at(-1).node.observationId, event.citationAdded.edge.node.observationId);
+  assert.notEqual(event.citationAdded.previousCursor, null);
 });
