@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import IO, Any, Iterator
 
 import asyncpg
+import orjson
 
 from app.ingest.document import DocumentError, Facts, parse_document
 
@@ -330,6 +331,10 @@ class _BadJson(Exception):
 
 
 def _decode(raw: bytes, line: int | None) -> Any:
+    try:
+        return orjson.loads(raw)  # an order of magnitude faster than json; the same values
+    except orjson.JSONDecodeError:
+        pass  # what orjson refuses (an integer past 64 bits, invalid input): json decides and explains
     try:
         return json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
