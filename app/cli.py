@@ -162,6 +162,10 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         # Each worker process builds its own app (and pool) from the environment.
         os.environ["DATABASE_URL"] = dsn
         target: object = "app.main:create_app"
+        # This process only supervises: the gauges it made importing the app are no worker's.
+        from app import metrics
+
+        metrics.process_exits()
     else:
         target = app
     # log_config=None: uvicorn's loggers go through ours, so JSON logs stay JSON.

@@ -25,6 +25,8 @@ request's session object (one statement needs no transaction).
 
 from __future__ import annotations
 
+import time
+
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -210,6 +212,7 @@ class PreparedFastPath:
 
     async def _answer(self, body: bytes, media: str, scope: Scope, receive: Receive, send: Send) -> bool:
         """Answer the request and say True, or say False (nothing sent) for the full stack to answer it."""
+        started = time.monotonic()
         try:
             planned = self._plan(body)
         except Exception:  # noqa: BLE001 - anything unforeseen: the full stack answers (and reports it)
@@ -260,7 +263,7 @@ class PreparedFastPath:
         self.state.prepared.answered += 1
         metrics.PREPARED.inc()
         report(operation, [masked(e, 0).extensions.get("code") for e in result.errors or ()], statements, actual,
-               ticket.points)
+               ticket.points, time.monotonic() - started)
         if result.errors is None:
             small = _small_answer(result, media, rate_limit_headers(governor.status(client)))
             if small is not None:  # what the response below sends for it, without building one

@@ -78,6 +78,18 @@ class Hub:
         self._task: asyncio.Task | None = None
         self._ready = asyncio.Event()
         self._shared: dict[tuple, asyncio.Future] = {}
+        self.listening = False  # the listener's connection is up
+        self.caught_up_at: float | None = None  # when it last read to the end of the change log
+        self._late = 0.0  # how late the rows of its last read were (0: there were none)
+
+    def lag_seconds(self) -> float:
+        """How far behind the change log the listener is, now: how late the rows of its last read were
+        (0 when there were none), or, with the listener down, the time since it last caught up."""
+        import time
+
+        if self.listening or self.caught_up_at is None:
+            return self._late
+        return max(self._late, time.time() - self.caught_up_at)
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="pith-live-hub")
@@ -160,6 +172,10 @@ class Hub:
                 if first:  # "from now on" starts at the newest position when the process starts
                     self.position = await conn.fetchval("SELECT coalesce(max(position), 0) FROM change_log")
                     first = False
+                from app import metrics
+
+                metrics.IMPORTS.set(await conn.fetchval("SELECT version FROM data_version"))
+                self.listening = True
                 self._ready.set()
                 delay = 0.2
                 log.info("listening for changes after position %d", self.position)
@@ -177,6 +193,7 @@ class Hub:
             except Exception as exc:  # noqa: BLE001 - any failure: reconnect, then read from the last position
                 log.warning("change listener lost (%s); reconnecting in %.1f s", type(exc).__name__, delay)
             finally:
+                self.listening = False
                 if conn is not None:
                     with contextlib.suppress(Exception):
                         conn.terminate()
@@ -184,18 +201,23 @@ class Hub:
             delay = min(delay * 2, 5.0)
 
     async def _catch_up(self, conn: asyncpg.Connection) -> None:
+        import time
+
+        from app import metrics
+
+        late = 0.0
         while True:
             rows = await conn.fetch(ROWS, self.position)
             for row in rows:
                 self._dispatch(row)
                 self.position = row["position"]
             if rows:
-                from app import metrics
-
-                lag = datetime.now(timezone.utc) - rows[-1]["committed_at"]
-                metrics.CHANGE_LAG.set(max(0.0, lag.total_seconds()))
+                late = max(late, (datetime.now(timezone.utc) - rows[0]["committed_at"]).total_seconds())
                 metrics.IMPORTS.set(await conn.fetchval("SELECT version FROM data_version"))
             if len(rows) < 5000:
+                self._late = max(0.0, late)
+                self.caught_up_at = time.time()
+                metrics.CHANGE_LAG.set(self.lag_seconds())
                 return
 
     def _dispatch(self, row: asyncpg.Record) -> None:

@@ -492,6 +492,11 @@ class App:
         while True:
             metrics.sample_pool([self.pool, *self.replicas], self.waiting)
             metrics.SUBSCRIPTIONS.set(self.hub.count if self.hub else 0)
+            metrics.CHANGE_LAG.set(self.hub.lag_seconds() if self.hub else 0.0)
+            try:
+                metrics.sample_process()
+            except Exception as exc:  # noqa: BLE001 - a figure missing is no reason to stop sampling
+                log.debug("process figures not read: %s", type(exc).__name__)
             await asyncio.sleep(1)
 
     async def readyz(self, request: Request) -> Response:
@@ -553,6 +558,7 @@ def create_app(settings: Settings | None = None, dsn: str | None = None, *,
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        metrics.announce_build()
         state.pool = await create_pool(settings, dsn, init=pool_init)
         state.replicas = [await create_pool(settings, url, init=pool_init) for url in settings.replica_urls]
         # Live changes are read from the primary: the change log is appended there, and a replica may
@@ -829,6 +835,7 @@ async def close_pool(pool: asyncpg.Pool) -> None:
 
 async def _unavailable(request: Request, exc: Exception) -> Response:
     log.warning("database unavailable: %s", type(exc).__name__)
+    metrics.refused_unavailable()
     return error_response(503, "the database is unavailable; retry shortly", request.url.path)
 
 

@@ -5,25 +5,35 @@ Prometheus client's multiprocess mode, as gunicorn deployments use it): each pro
 values there, and /metrics, answered by any worker, reads them all. Without that variable (the app
 run in-process, as the tests do) the process's own registry answers.
 
-The family names are the contract (docs/deployment.md lists them):
+The family names are the contract (docs/deployment.md lists them, with the queries that read them;
+deploy/prometheus/alerts.yml and deploy/grafana/pith-graph.json use them):
   pith_http_requests_total{route,status}        pith_request_duration_seconds{route} (histogram)
   pith_graphql_operations_total{operation,outcome}   pith_statements (histogram, per operation)
+  pith_graphql_operation_duration_seconds{operation} (histogram)
   pith_operations_refused_total{reason}         pith_cost_units_total, pith_cost_points_total
   pith_prepared_path_answers_total              pith_db_pool_connections{state} (idle, busy, waiting)
   pith_subscriptions                            pith_change_log_lag_seconds
   pith_imports (the database's import counter, data_version)
+  pith_build_info{version,python}               pith_process_* {pid} (memory, CPU, descriptors, start)
+
+Across worker restarts: a dead worker's gauges leave the sums (its files are marked dead at the next
+scrape, however it died), its counters and histograms stay (so rates do not jump back), and the cap
+on operation names is the server's, shared by every worker through a file beside the values.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import sys
 from typing import Any, Iterable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-# Operation names as clients send them: a process labels at most this many, the rest are `other`.
-MAX_OPERATION_NAMES = 1_000
-_names: set[str] = set()
+# Operation names as clients send them: the server labels at most this many (all workers together, for
+# its whole life), the rest are `other`.
+MAX_OPERATION_NAMES = 1_000  # PITH_METRICS_OPERATION_NAMES changes it (checked with the other settings)
+NAMES_FILE = "operation-names.txt"  # in PROMETHEUS_MULTIPROC_DIR: the names labelled so far, one a line
 
 HTTP_REQUESTS = Counter("pith_http_requests", "HTTP requests answered, by route (the path's template) and status.",
                         ["route", "status"])
@@ -43,8 +53,22 @@ POOL = Gauge("pith_db_pool_connections", "Database connections of the pools (pri
 SUBSCRIPTIONS = Gauge("pith_subscriptions", "Live subscriptions held.", multiprocess_mode="livesum")
 CHANGE_LAG = Gauge("pith_change_log_lag_seconds", "Seconds from an import's change-log row to the listener reading "
                    "it (the latest batch).", multiprocess_mode="livemax")
-IMPORTS = Gauge("pith_imports", "The database's data version: every import that commits adds one.",
-                multiprocess_mode="max")
+IMPORTS = Gauge("pith_imports", "The database's data version: every import that commits adds one (it never "
+                "goes down: read it with `pith_imports - pith_imports offset 1h`, or changes()).",
+                multiprocess_mode="livemax")
+OPERATION_DURATION = Histogram("pith_graphql_operation_duration_seconds", "Time from an operation's start to its "
+                               "result, by operation name (as pith_graphql_operations_total labels it).",
+                               ["operation"], buckets=(0.005, 0.025, 0.1, 0.5, 1, 2.5, 10))
+BUILD = Gauge("pith_build_info", "1, labelled with the running release and Python version.",
+              ["version", "python"], multiprocess_mode="livemax")
+PROCESS_MEMORY = Gauge("pith_process_resident_memory_bytes", "Resident memory of each live worker process.",
+                       multiprocess_mode="liveall")
+PROCESS_CPU = Gauge("pith_process_cpu_seconds", "CPU seconds each live worker process has used (rate() it).",
+                    multiprocess_mode="liveall")
+PROCESS_FDS = Gauge("pith_process_open_fds", "Open file descriptors of each live worker process.",
+                    multiprocess_mode="liveall")
+PROCESS_START = Gauge("pith_process_start_time_seconds", "When each live worker process started (Unix time).",
+                      multiprocess_mode="liveall")
 
 # Error codes (app.pipeline) that stop an operation, as refusal reasons.
 REASONS = {"RATE_LIMITED": "rate_limited", "TIMEOUT": "timeout", "QUERY_TOO_COSTLY": "too_costly",
@@ -55,16 +79,52 @@ REQUEST_ERROR_CODES = {"GRAPHQL_PARSE_FAILED", "GRAPHQL_VALIDATION_FAILED", "BAD
                        "OPERATION_RESOLUTION_FAILURE", "OPERATION_NOT_SUPPORTED", "BAD_REQUEST"}
 
 
+class _Names:
+    """The operation names labelled so far. In multiprocess mode they are kept in a file every worker
+    shares (appended under a lock), so the cap holds for the server, not per worker: a worker that
+    replaces a killed one starts from the names already labelled."""
+
+    def __init__(self) -> None:
+        self.known: set[str] = set()
+        self.full = False
+        given = os.environ.get("PITH_METRICS_OPERATION_NAMES", "").strip()
+        self.cap = int(given) if given.isdigit() else MAX_OPERATION_NAMES
+
+    def label(self, name: str) -> str:
+        if name in self.known:
+            return name
+        if self.full:
+            return "other"
+        folder = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+        if not folder:
+            if len(self.known) >= self.cap:
+                self.full = True
+                return "other"
+            self.known.add(name)
+            return name
+        import fcntl
+
+        with open(os.path.join(folder, NAMES_FILE), "a+", encoding="utf-8") as shared:
+            fcntl.flock(shared, fcntl.LOCK_EX)
+            shared.seek(0)
+            self.known.update(shared.read().splitlines())
+            if name in self.known:
+                return name
+            if len(self.known) >= self.cap:
+                self.full = True
+                return "other"
+            shared.write(name + "\n")
+            self.known.add(name)
+        return name
+
+
+_names = _Names()
+
+
 def operation_label(name: str | None) -> str:
     if not name:
         return "anonymous"
-    name = name[:100]
-    if name in _names:
-        return name
-    if len(_names) >= MAX_OPERATION_NAMES:
-        return "other"
-    _names.add(name)
-    return name
+    return _names.label(re.sub(r"\s", " ", name[:100]))
 
 
 def outcome(codes: Iterable[str | None]) -> str:
@@ -79,10 +139,13 @@ def outcome(codes: Iterable[str | None]) -> str:
 
 
 def record_operation(name: str | None, codes: Iterable[str | None], statements: int, units: int | None,
-                     points: int | None) -> str:
+                     points: int | None, seconds: float | None = None) -> str:
     """Count one operation (every transport, the prepared path too); its outcome, for the access log."""
     result = outcome(codes)
-    OPERATIONS.labels(operation_label(name), result).inc()
+    label = operation_label(name)
+    OPERATIONS.labels(label, result).inc()
+    if seconds is not None:
+        OPERATION_DURATION.labels(label).observe(seconds)
     STATEMENTS.observe(statements)
     if result in REASONS.values():
         REFUSED.labels(result).inc()
@@ -108,11 +171,60 @@ def sample_pool(pools: Iterable[Any], waiting: int) -> None:
     POOL.labels("waiting").set(waiting)
 
 
+def refused_unavailable() -> None:
+    """A request answered 503 outside an operation's own accounting (the database failed under it)."""
+    REFUSED.labels("unavailable").inc()
+
+
+_LIVE_FILE = re.compile(r"gauge_live\w*_(\d+)\.db$")
+
+
+def forget_dead_processes(folder: str) -> list[int]:
+    """Mark dead the processes whose live gauges are still in the folder (a worker killed with -9, or
+    that crashed, never marked itself): their gauges leave the sums. Counters stay."""
+    import psutil
+    from prometheus_client import multiprocess
+
+    dead = set()
+    for name in os.listdir(folder):
+        found = _LIVE_FILE.match(name)
+        if found and not psutil.pid_exists(int(found.group(1))):
+            dead.add(int(found.group(1)))
+    for pid in dead:
+        multiprocess.mark_process_dead(pid, folder)
+    return sorted(dead)
+
+
+def sample_process() -> None:
+    """This process's own figures (multiprocess mode has no process collector: these are per pid)."""
+    import psutil
+
+    me = psutil.Process()
+    with me.oneshot():
+        PROCESS_MEMORY.set(me.memory_info().rss)
+        cpu = me.cpu_times()
+        PROCESS_CPU.set(cpu.user + cpu.system)
+        PROCESS_FDS.set(me.num_fds())
+        PROCESS_START.set(me.create_time())
+
+
+def announce_build() -> None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        release = version("pith-graph")
+    except PackageNotFoundError:  # pragma: no cover - run from a source tree that is not installed
+        release = "unknown"
+    BUILD.labels(release, ".".join(map(str, sys.version_info[:3]))).set(1)
+
+
 def exposition() -> tuple[bytes, str]:
     """The text exposition of every process's metrics (one process's without multiprocess mode)."""
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    folder = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if folder:
         from prometheus_client import multiprocess
 
+        forget_dead_processes(folder)
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)
         return generate_latest(registry), CONTENT_TYPE_LATEST

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from typing import Any
 
 import asyncpg
@@ -241,12 +242,12 @@ def retry_after(errors: list[dict[str, Any]]) -> str | None:
 
 
 def report(operation: str | None, codes: list[str | None], statements: int, units: int | None,
-           points: int | None) -> None:
+           points: int | None, seconds: float | None = None) -> None:
     """An operation's end, as every transport and the prepared path tell it: metrics and the access line."""
     from app import metrics
     from app.logs import note
 
-    outcome = metrics.record_operation(operation, codes, statements, units, points)
+    outcome = metrics.record_operation(operation, codes, statements, units, points, seconds)
     note(operation=operation or "anonymous", outcome=outcome, cost=units, points=points, statements=statements)
 
 
@@ -300,6 +301,7 @@ class RequestPipeline(SchemaExtension):
         ctx = self.execution_context
         ctx.parse_options["max_tokens"] = self.max_tokens
         ctx.validation_rules = ctx.validation_rules + self.rules
+        started = time.monotonic()
         yield
         context = ctx.context
         result = ctx.result
@@ -307,7 +309,7 @@ class RequestPipeline(SchemaExtension):
         ticket = getattr(context, "ticket", None)
         report(ctx.operation_name, [masked(e, 0).extensions.get("code") for e in errors],
                getattr(getattr(context, "session", None), "statements", 0), self.actual,
-               ticket.points if ticket is not None else None)
+               ticket.points if ticket is not None else None, time.monotonic() - started)
 
     def on_parse(self):  # type: ignore[override]
         ctx = self.execution_context

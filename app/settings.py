@@ -108,6 +108,7 @@ class Settings:
             subscriptions_per_client=read.integer("PITH_SUBSCRIPTIONS_PER_CLIENT", base.subscriptions_per_client, 1),
         )
         read.integer("PITH_WORKERS", 1, 1)  # read by `serve`; checked here with the rest
+        read.integer("PITH_METRICS_OPERATION_NAMES", 1_000, 0)  # read by app.metrics
         if not read.problems and settings.pool_min > settings.pool_max:
             read.problems.append(f"PITH_POOL_MIN: {settings.pool_min} is more than PITH_POOL_MAX "
                                  f"({settings.pool_max}); give a minimum at most the maximum")
