@@ -310,6 +310,7 @@ class Importer:
         self.paper_dois: dict[str, str] = {}
         self.cited_counts: dict[str, int] = {}  # OpenCitations: citing rows per cited DOI
         self.paper_counts: dict[str, tuple[int, list[tuple[int, int]]]] = {}  # OpenAlex: an arXiv paper's counts
+        self.reference_lists: dict[str, list] = {}  # Crossref: each work's `reference` list, by the work's DOI
         # OpenAlex: every work's id (to link references to works described anywhere in the import) and the
         # arXiv works' references, spilled to temporary tables batch by batch, resolved at the end.
         self.openalex_ids: list[tuple[str, str | None, str | None, int | None]] = []
@@ -382,7 +383,8 @@ class Importer:
             for where, record in reader:
                 self.summary.records += 1
                 self.read(record, f"{path}, {where}")
-                if len(self.reports) + len(self.references) + len(self.papers) + len(self.openalex_refs) >= BATCH:
+                if len(self.reports) + len(self.references) + len(self.papers) + len(self.openalex_refs) \
+                        + len(self.reference_lists) >= BATCH:
                     await self._flush()
                 if self.progress is not None and time.monotonic() - last >= 0.5:
                     last = time.monotonic()
@@ -440,17 +442,9 @@ class Importer:
                 self.report(target).event(CROSSREF_EVENTS[update["type"]], _crossref_date(update.get("updated")), doi)
         # The work's reference list, in order: outbound observations of the arXiv paper whose DOI the work's
         # is (kept until the batch's papers are looked up), each with the DOI Crossref gives and who asserted it.
-        for i, ref in enumerate(work.get("reference") or (), start=1):
-            if not isinstance(ref, dict):
-                self.summary.skip("reference entries that are not JSON objects")
-                continue
-            year = ref.get("year")
-            printed = (_text(ref.get("unstructured")) or _text(ref.get("article-title"))
-                       or _text(ref.get("volume-title")) or _text(ref.get("journal-title")))
-            self.references.append(Reference(
-                "", i, f"crossref:{doi}:{ref.get('key') or i}", normalize_doi(ref.get("DOI")), printed,
-                int(year[:4]) if isinstance(year, str) and year[:4].isdigit() else None, citing_doi=doi,
-                asserted_by=ref.get("doi-asserted-by") if isinstance(ref.get("doi-asserted-by"), str) else None))
+        # (Read once the batch's papers are known: most works are no arXiv paper's, and their lists are only counted.)
+        if isinstance(work.get("reference"), list) and work["reference"]:
+            self.reference_lists[doi] = work["reference"]
         relation = work.get("relation")
         if isinstance(relation, dict):
             for kind, event_type in CROSSREF_RELATIONS.items():
@@ -573,9 +567,37 @@ class Importer:
             if final:
                 await self._openalex_references()
                 await self._link_kept_references()
+        if self.reference_lists:
+            await self._crossref_references()
         if self.references:
             await self._references(facts)
         await self._stage(facts)
+
+    async def _crossref_references(self) -> None:
+        """The reference lists of the batch's works that are arXiv papers (their journal DOI, or an arXiv
+        DOI), as references of those papers in the lists' order; the others' are counted as skipped."""
+        lists, self.reference_lists = self.reference_lists, {}
+        papers = {r["doi"]: r["arxiv_id"] for r in await self.conn.fetch(
+            "SELECT DISTINCT ON (doi) doi, arxiv_id FROM paper_dois WHERE doi = any($1::text[]) "
+            "ORDER BY doi, observed_at DESC", list(lists))}
+        for doi, refs in lists.items():
+            citing = papers.get(doi) or arxiv_id_of_doi(doi)
+            if citing is None:
+                why = "references of works that are no loaded arXiv paper's"
+                self.summary.skipped[why] = self.summary.skipped.get(why, 0) + len(refs)
+                continue
+            for i, ref in enumerate(refs, start=1):
+                if not isinstance(ref, dict):
+                    self.summary.skip("reference entries that are not JSON objects")
+                    continue
+                year = ref.get("year")
+                printed = (_text(ref.get("unstructured")) or _text(ref.get("article-title"))
+                           or _text(ref.get("volume-title")) or _text(ref.get("journal-title")))
+                asserted = ref.get("doi-asserted-by")
+                self.references.append(Reference(
+                    citing, i, f"crossref:{doi}:{ref.get('key') or i}", normalize_doi(ref.get("DOI")), printed,
+                    int(year[:4]) if isinstance(year, str) and year[:4].isdigit() else None,
+                    asserted_by=asserted if isinstance(asserted, str) else None))
 
     async def _stage(self, facts: Facts) -> None:
         """Straight into the staging tables (the facts are one per key already): the merge and the
@@ -691,7 +713,7 @@ class Importer:
         citing DOI is a known arXiv paper's. A referenced work not described in the same import is
         kept as an unlinked observation (its OpenAlex id as the printed title), resolvable later."""
         refs, self.references = self.references, []
-        if self.source in ("opencitations", "crossref"):
+        if self.source == "opencitations":
             by_doi = {r["doi"]: r["arxiv_id"] for r in await self.conn.fetch(
                 "SELECT DISTINCT ON (doi) doi, arxiv_id FROM paper_dois WHERE doi = any($1::text[]) "
                 "ORDER BY doi, observed_at DESC", list({r.citing_doi for r in refs if r.citing_doi}))}
@@ -699,12 +721,10 @@ class Importer:
             for r in refs:
                 citing = by_doi.get(r.citing_doi or "") or arxiv_id_of_doi(r.citing_doi or "")
                 if citing is not None:
-                    kept.append(Reference(citing, r.index, r.key, r.doi, r.title, r.year, asserted_by=r.asserted_by))
-                elif self.source == "opencitations":
+                    kept.append(Reference(citing, 0, r.key, r.doi, None, None))
+                else:
                     self.summary.skip("citations whose citing DOI is no loaded arXiv paper's "
                                       "(counted for the cited work)")
-                else:
-                    self.summary.skip("references of works that are no loaded arXiv paper's")
             refs = kept
         citing_known = {r["arxiv_id"] for r in await self.conn.fetch(
             "SELECT DISTINCT arxiv_id FROM paper_snapshots WHERE arxiv_id = any($1::text[]) AND observed_at <= $2",
