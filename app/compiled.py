@@ -25,7 +25,7 @@ from app.limits import MAX_FIRST
 from app.types.node import global_id_sql as _gid  # the one global-id rule, in SQL
 from app.types.scalars import datetime_sql as _dt  # the one DateTime format, in SQL
 from loaders.citations import LATERALS, LOW_KEY
-from loaders.rows import UNRESOLVED
+from loaders.rows import UNRESOLVED, shown_reference_index_sql
 
 
 PIN: Final = "$3::text"  # the ids' instant suffix (app.types.node.pin_suffix): '' unless asOf is given
@@ -39,7 +39,7 @@ def _paper_fields(a: str) -> dict[str, str]:
 
 
 _OBSERVATION_FIELDS: Final = {
-    "observationId": "o.observation_id::text", "referenceIndex": "o.reference_index", "source": "o.source",
+    "observationId": "o.observation_id::text", "referenceIndex": shown_reference_index_sql("o"), "source": "o.source",
     "sourceObservedAt": _dt("o.source_observed_at"), "id": _gid("CitationObservation", "o.observation_id::text", PIN),
     "__typename": "'CitationObservation'"}
 # Unresolved as of the parse until a resolution is recorded (loaders.citations.observation_from).

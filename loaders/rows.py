@@ -37,6 +37,21 @@ RETRACTING: tuple[str, ...] = ("retraction", "withdrawal")  # the events that ma
 STANDING_DECIDING: tuple[str, ...] = (*RETRACTING, "reinstatement")  # the latest of these decides
 
 
+# Sources whose citations carry no place in the citing work's reference list (an OpenCitations row is a
+# citing-cited pair): their observations are stored with reference_index 0 (keyset pages need a number, and
+# the v1 record's reference_index is an integer), and the API says null: not known, not "the first".
+UNNUMBERED_SOURCES: tuple[str, ...] = ("opencitations",)
+
+
+def shown_reference_index(source: str, reference_index: int) -> int | None:
+    return None if source in UNNUMBERED_SOURCES else reference_index
+
+
+def shown_reference_index_sql(alias: str = "o") -> str:
+    return (f"CASE WHEN {alias}.source IN {sql_list(UNNUMBERED_SOURCES)} THEN NULL "
+            f"ELSE {alias}.reference_index END")
+
+
 def sql_list(values: tuple[str, ...]) -> str:
     """('a', 'b'): a tuple of these constants for an SQL IN."""
     return "(" + ", ".join(f"'{v}'" for v in values) + ")"

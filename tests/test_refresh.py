@@ -83,12 +83,18 @@ async def test_opencitations_refreshes(admin_url, tmp_path):
             imported(url, "opencitations", str(path), at="2026-10-01T00:00:00Z")
             body = await served.graphql("""{ work(doi: "10.1002/jrs.5302", asOf: "2026-10-01T00:00:00Z") {
               externalCitationMeasurements { source count observedAt } inbound(first: 5) { totalCount
-              nodes { sourceObservedAt resolution { observedAt } } } } }""")
+              nodes { referenceIndex sourceObservedAt resolution { observedAt } } } } }""")
             work = body["data"]["work"]
             assert work["externalCitationMeasurements"] == [
                 {"source": "opencitations", "count": 2, "observedAt": "2026-10-01T00:00:00Z"}]
             assert [(n["sourceObservedAt"], n["resolution"]["observedAt"]) for n in work["inbound"]["nodes"]] == [
                 ("2026-09-01T00:00:00Z", "2026-10-01T00:00:00Z")]
+            # An OpenCitations row has no place in a reference list: the API says so (null), not 0.
+            assert [n["referenceIndex"] for n in work["inbound"]["nodes"]] == [None]
+            compiled = await served.graphql("""{ paper(arxivId: "%s", asOf: "2026-10-01T00:00:00Z") {
+              outbound(first: 10) { nodes { source referenceIndex } } } }""" % PAPER)
+            assert {(n["source"], n["referenceIndex"]) for n in compiled["data"]["paper"]["outbound"]["nodes"]} == {
+                ("opencitations", None)}
     finally:
         await drop_database(admin_url, url)
 

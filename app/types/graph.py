@@ -21,7 +21,7 @@ from app.types.resolution import Resolution
 from app.types.standing import StandingNotice
 from loaders.base import STANDING_UNITS, charge
 from loaders.dataloaders import CountRequest, PageRequest
-from loaders.rows import Observation, PaperSnapshot, WorkSnapshot, retracted_by
+from loaders.rows import Observation, PaperSnapshot, WorkSnapshot, retracted_by, shown_reference_index
 
 if TYPE_CHECKING:
     from app.types.record import CitationRecord
@@ -238,7 +238,9 @@ class CitationObservation(Node):
     pinned: strawberry.Private[bool]
     observation_id: strawberry.ID = strawberry.field(description=(
         "Observation id (UUID), as in the v1 record; observation(id:) takes it as well as the global id."))
-    reference_index: int = strawberry.field(description="The reference's number in the citing paper's bibliography.")
+    reference_index: int | None = strawberry.field(description=(
+        "The reference's number in the citing paper's bibliography; null when the source gives none (an "
+        "OpenCitations citation is a citing-cited pair: its v1 record and cursors carry 0)."))
     source: str = strawberry.field(description="How the reference was extracted (e.g. pdf_text).")
     source_observed_at: datetime = strawberry.field(description="When the reference was parsed.")
 
@@ -246,7 +248,7 @@ class CitationObservation(Node):
     def of(cls, row: Observation, as_of: datetime, pinned: bool) -> "CitationObservation":
         return cls(row=row, as_of=as_of, pinned=pinned,
                    id=global_id("CitationObservation", str(row.observation_id), as_of if pinned else None),
-                   observation_id=strawberry.ID(str(row.observation_id)), reference_index=row.reference_index,
+                   observation_id=strawberry.ID(str(row.observation_id)), reference_index=shown_reference_index(row.source, row.reference_index),
                    source=row.source, source_observed_at=row.source_observed_at)
 
     @strawberry.field(description="The citing paper, as of the instant.")
