@@ -248,7 +248,8 @@ class CitationObservation(Node):
     def of(cls, row: Observation, as_of: datetime, pinned: bool) -> "CitationObservation":
         return cls(row=row, as_of=as_of, pinned=pinned,
                    id=global_id("CitationObservation", str(row.observation_id), as_of if pinned else None),
-                   observation_id=strawberry.ID(str(row.observation_id)), reference_index=shown_reference_index(row.source, row.reference_index),
+                   observation_id=strawberry.ID(str(row.observation_id)),
+                   reference_index=shown_reference_index(row.source, row.reference_index),
                    source=row.source, source_observed_at=row.source_observed_at)
 
     @strawberry.field(description="The citing paper, as of the instant.")
