@@ -70,8 +70,9 @@ ch AS (
                SELECT p.status FROM resolutions AS p WHERE p.observation_id = r.observation_id
                  AND p.observed_at < r.observed_at ORDER BY p.observed_at DESC LIMIT 1), '{UNRESOLVED}'))),
            jsonb_build_object('status', upper(r.status), 'resolverSource', r.resolver_source)
-    FROM resolutions AS r JOIN shown USING (observation_id)
-    WHERE r.observed_at > $2 AND r.observed_at <= $3
+    FROM shown CROSS JOIN LATERAL (  -- probed per observation shown (OFFSET 0: the generic plan otherwise
+        SELECT * FROM resolutions AS q  -- hashed every resolution of the graph to join the few of one paper)
+        WHERE q.observation_id = shown.observation_id AND q.observed_at > $2 AND q.observed_at <= $3 OFFSET 0) AS r
     UNION ALL
     SELECT 'WORK_UPDATED', w.observed_at, b.observation_id, NULL, NULL,
            (SELECT jsonb_build_object('title', q.title, 'doi', q.doi, 'year', q.year, 'venue', q.venue)
@@ -123,12 +124,14 @@ ch AS (
     WHERE s.observed_at > $2 AND s.observed_at <= $3
 )
 SELECT ch.kind, ch.at, ch.event, ch.measurement, ch.previous, ch.current, {_DETAIL_COLUMNS}
-FROM ch
+FROM (  -- the changes asked for first, then the details of those alone (not of every change in the window)
+    SELECT * FROM ch WHERE $5::text[] IS NULL OR ch.kind = ANY($5::text[])
+    ORDER BY ch.at, ch.obs NULLS FIRST, ch.kind
+    LIMIT $4
+) AS ch
 LEFT JOIN citation_observations AS o ON o.observation_id = ch.obs
 {detail_joins(outer=True).replace("$AS", "$3")}
-WHERE $5::text[] IS NULL OR ch.kind = ANY($5::text[])
 ORDER BY ch.at, ch.obs NULLS FIRST, ch.kind
-LIMIT $4
 """
 
 
