@@ -87,3 +87,8 @@ async def test_a_readme_example_answers_something_on_the_bundled_sample(served, 
 
 async def test_the_readme_says_which_examples_answer_empty_on_the_sample():
     assert SAYS_EMPTY in (ROOT / "README.md").read_text()
+
+
+async def test_the_readmes_codegen_config_is_the_tested_one():
+    text = (ROOT / "README.md").read_text()
+    assert (ROOT / "tests" / "frontend" / "codegen.ts").read_text().rstrip("\n") in text
