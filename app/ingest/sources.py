@@ -777,10 +777,45 @@ _RUN_STATEMENTS = (
                                    notice_doi text) ON COMMIT DROP;
     CREATE TEMP TABLE run_runs (work_id uuid, event_type text, started timestamptz, reported_at timestamptz,
                                 notice_doi text, ended_at timestamptz) ON COMMIT DROP""",
+    # The new check is the latest of the source for most works (a monthly refresh in date order): their runs
+    # continue, end, or begin at it, decided against the events standing just before. Those this check no
+    # longer reports end at it.
+    """INSERT INTO run_runs (work_id, event_type, started, reported_at, notice_doi, ended_at)
+    SELECT e.work_id, e.event_type, e.observed_at, e.reported_at, e.notice_doi, $2::timestamptz
+    FROM (SELECT DISTINCT work_id FROM stage_standing_receipts WHERE source = $1) AS r
+    JOIN work_events AS e ON e.work_id = r.work_id AND e.source = $1 AND e.observed_at < $2::timestamptz
+    WHERE NOT EXISTS (SELECT 1 FROM standing_receipts AS l WHERE l.work_id = r.work_id AND l.source = $1
+                      AND l.observed_at > $2::timestamptz)
+      AND NOT EXISTS (SELECT 1 FROM work_event_ends AS x WHERE x.work_id = e.work_id AND x.source = e.source
+                      AND x.event_type = e.event_type AND x.observed_at = e.observed_at
+                      AND x.ended_at <= $2::timestamptz)
+      AND NOT EXISTS (SELECT 1 FROM stage_work_events AS s WHERE s.work_id = e.work_id AND s.source = $1
+                      AND s.event_type = e.event_type AND s.reported_at IS NOT DISTINCT FROM e.reported_at
+                      AND s.notice_doi IS NOT DISTINCT FROM e.notice_doi)
+      AND NOT EXISTS (SELECT 1 FROM work_events AS c WHERE c.work_id = e.work_id AND c.source = $1
+                      AND c.observed_at = $2::timestamptz AND c.event_type = e.event_type
+                      AND c.reported_at IS NOT DISTINCT FROM e.reported_at
+                      AND c.notice_doi IS NOT DISTINCT FROM e.notice_doi)""",
+    # Events still reported (the same event) are not news: the stage loses them (after the ends are known).
+    """DELETE FROM stage_work_events AS s
+    WHERE s.source = $1
+      AND NOT EXISTS (SELECT 1 FROM standing_receipts AS l WHERE l.work_id = s.work_id AND l.source = $1
+                      AND l.observed_at > $2::timestamptz)
+      AND EXISTS (SELECT 1 FROM work_events AS e WHERE e.work_id = s.work_id AND e.source = $1
+                  AND e.event_type = s.event_type AND e.observed_at < s.observed_at
+                  AND e.reported_at IS NOT DISTINCT FROM s.reported_at
+                  AND e.notice_doi IS NOT DISTINCT FROM s.notice_doi
+                  AND NOT EXISTS (SELECT 1 FROM work_event_ends AS x WHERE x.work_id = e.work_id
+                                  AND x.source = e.source AND x.event_type = e.event_type
+                                  AND x.observed_at = e.observed_at AND x.ended_at <= $2::timestamptz))""",
+    # The works with a later check of the source already stored (a snapshot imported after a later one):
+    # their runs are recomputed from every check, below.
     """INSERT INTO run_works SELECT DISTINCT r.work_id FROM stage_standing_receipts AS r
-    WHERE r.source = $1 AND (EXISTS (SELECT 1 FROM stage_work_events AS s
-                                     WHERE s.work_id = r.work_id AND s.source = $1)
-                             OR EXISTS (SELECT 1 FROM work_events AS e WHERE e.work_id = r.work_id AND e.source = $1))""",
+    WHERE r.source = $1
+      AND EXISTS (SELECT 1 FROM standing_receipts AS l WHERE l.work_id = r.work_id AND l.source = $1
+                  AND l.observed_at > $2::timestamptz)
+      AND (EXISTS (SELECT 1 FROM stage_work_events AS s WHERE s.work_id = r.work_id AND s.source = $1)
+           OR EXISTS (SELECT 1 FROM work_events AS e WHERE e.work_id = r.work_id AND e.source = $1))""",
     # Every check of those works by the source, numbered in time order.
     """INSERT INTO run_checks SELECT work_id, at, row_number() OVER (PARTITION BY work_id ORDER BY at) AS n FROM (
         SELECT r.work_id, r.observed_at AS at FROM standing_receipts AS r JOIN run_works USING (work_id)
