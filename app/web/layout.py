@@ -5,7 +5,7 @@ from __future__ import annotations
 from html import escape
 
 # Bumped when the markup changes, so page ETags change with it.
-TEMPLATE_VERSION = "2"
+TEMPLATE_VERSION = "3"
 
 
 def time_tag(text: str) -> str:
@@ -21,6 +21,7 @@ def page(title: str, body: str, *, status_note: str = "") -> str:
 <meta name="color-scheme" content="light dark">
 <title>{escape(title)}</title>
 <link rel="stylesheet" href="/static/site.css">
+<link rel="icon" href="/favicon.ico" type="image/svg+xml">
 </head>
 <body>
 <header class="site"><a class="brand" href="/">pith-graph</a>

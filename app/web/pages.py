@@ -37,10 +37,12 @@ GRAPHIQL = """<!doctype html>
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>GraphiQL · pith-graph</title>
 <link rel="stylesheet" href="/static/vendor/graphiql.min.css">
-<style>html, body, #graphiql { height: 100%; margin: 0; }</style>
+<link rel="stylesheet" href="/static/graphiql-a11y.css">
+<link rel="icon" href="/favicon.ico" type="image/svg+xml">
 </head>
 <body>
-<div id="graphiql">Loading GraphiQL…</div>
+<main id="main"><h1 class="visually-hidden">GraphiQL: the pith-graph GraphQL API</h1>
+<div id="graphiql">Loading GraphiQL…</div></main>
 <script src="/static/vendor/react.production.min.js"></script>
 <script src="/static/vendor/react-dom.production.min.js"></script>
 <script src="/static/vendor/graphiql.min.js"></script>
@@ -58,6 +60,17 @@ GRAPHIQL = """<!doctype html>
     defaultQuery: __DEFAULT_QUERY__,
     defaultEditorToolsVisibility: true,
   }));
+  // GraphiQL's editors are CodeMirror textareas without names, and their scrolling areas take no focus:
+  // each gets the name of what it edits or shows, and a place in the tab order.
+  const names = [[".graphiql-query-editor", "GraphQL query"], [".graphiql-response", "Result"],
+                 [".graphiql-editor-tool", "Variables or headers"]];
+  function label() {
+    for (const [where, name] of names) {
+      document.querySelectorAll(where + " textarea:not([aria-label])").forEach((t) => t.setAttribute("aria-label", name));
+    }
+    document.querySelectorAll(".CodeMirror-scroll:not([tabindex='0'])").forEach((s) => s.setAttribute("tabindex", "0"));
+  }
+  new MutationObserver(label).observe(document.getElementById("graphiql"), { childList: true, subtree: true });
 </script>
 </body>
 </html>

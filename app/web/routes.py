@@ -303,7 +303,7 @@ retracted, with the source and time of every fact. Every record is a canonical, 
         body = (f"<h1>Evidence</h1>{warning}<p>The sources behind the stored facts as of {time_tag(payload['as_of'])}: "
                 "what each is used for, whether it is a live source, a cache or synthetic, and when it was last "
                 "observed.</p>"
-                f"<div class=\"table-wrap\"><table><thead><tr><th>Role</th><th>Source</th><th>Kind</th><th>Latest observation</th>"
+                f"<div class=\"table-wrap\" tabindex=\"0\" role=\"region\" aria-label=\"Sources\"><table><thead><tr><th>Role</th><th>Source</th><th>Kind</th><th>Latest observation</th>"
                 f"<th>Facts</th></tr></thead><tbody>{rows}</tbody></table></div>")
         return HTMLResponse(page("Evidence", body))
 
@@ -426,7 +426,16 @@ retracted, with the source and time of every fact. Every record is a canonical, 
         Route("/paper/{arxiv_id:path}/outbound.{format}", bulk_list),
         Route("/paper/{arxiv_id:path}", handled(paper_page)),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
+        # Browsers ask for /favicon.ico on every page: the site's icon (SVG, which they all read).
+        Route("/favicon.ico", favicon),
     ]
+
+
+async def favicon(request: Request) -> Response:
+    from starlette.responses import FileResponse
+
+    return FileResponse(STATIC + "/favicon.svg", media_type="image/svg+xml",
+                        headers={"Cache-Control": "public, max-age=86400"})
 
 
 DIRECTIONS = {"inbound": ("in",), "outbound": ("out",), "both": ("in", "out")}
@@ -491,7 +500,7 @@ def integrity_body(result: dict) -> str:
 <p><code>{escape(context["stated"])}</code> {verdict(context["matches"])}</p>
 <h2>Rules</h2><dl class="rules">{rules}</dl>
 <h2>Observation digests</h2>
-<div class="table-wrap"><table><thead><tr><th>Direction</th><th>Observation</th><th>Stated digest</th><th>Recomputed</th></tr></thead>
+<div class="table-wrap" tabindex="0" role="region" aria-label="Observation digests"><table><thead><tr><th>Direction</th><th>Observation</th><th>Stated digest</th><th>Recomputed</th></tr></thead>
 <tbody>{rows}</tbody></table></div>
 <p class="formats">The same check as JSON: request this page with <code>Accept: application/json</code>.</p>
 """
