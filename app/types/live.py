@@ -25,8 +25,8 @@ from app.types.standing import WorkEvent
 
 ArxivIdArg = Annotated[str, strawberry.argument(description="arXiv id without version, e.g. 2402.15627.")]
 AfterArg = Annotated[str | None, strawberry.argument(description=(
-    "An event's cursor: replay every matching event after it, then continue live. Without it, only events "
-    "committed after the subscription starts are sent."))]
+    "An event's cursor, or a read's changeCursor: replay every matching event committed after it, then "
+    "continue live. Without it, only events committed after the subscription starts are sent."))]
 
 
 class SubscriptionError(GraphQLError):
