@@ -45,7 +45,7 @@ class Context:
             return None
         return max(0.0, self.deadline_at - asyncio.get_running_loop().time())
 
-    def for_operation(self, session: Session) -> "Context":
+    def for_operation(self, session: Session) -> Context:
         """The context of one operation on a connection: who asks, and everything else its own."""
         from dataclasses import replace
 
@@ -76,5 +76,6 @@ class Context:
     def loaders(self, as_of: datetime) -> Loaders:
         found = self._loaders.get(as_of)
         if found is None:
+            assert self.session is not None, "an operation's session opens before its fields resolve"
             found = self._loaders[as_of] = Loaders(self.session, as_of)
         return found

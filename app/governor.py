@@ -325,7 +325,7 @@ class Governor:
                                                       points_per_hour=self.anonymous_points_per_hour)
         return found
 
-    def address_of(self, scope: dict) -> str:
+    def address_of(self, scope: Any) -> str:
         """The client's address for a request (HTTP or WebSocket), computed once and kept in its scope:
         budgets, heavy slots, WebSocket and persisted-query quotas, logs and the operator check all read
         this one."""
@@ -338,7 +338,7 @@ class Governor:
             scope["pith.address"] = found
         return found
 
-    async def of_scope(self, scope: dict) -> Client:
+    async def of_scope(self, scope: Any) -> Client:
         """The client of an ASGI request (HTTP or WebSocket); Unauthenticated for a bad key."""
         address = self.address_of(scope)
         authorization = None

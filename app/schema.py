@@ -483,7 +483,8 @@ def make_schema(*, introspection: bool = True, production: bool = False, direct:
 
     from app.pipeline import MaskingPolicy, OperationSession, RequestPipeline
 
-    extensions: list = [OperationSession, partial(RequestPipeline, rules=LIMIT_RULES, max_tokens=MAX_TOKENS, scale=scale),
+    extensions: list = [OperationSession,
+                        partial(RequestPipeline, rules=LIMIT_RULES, max_tokens=MAX_TOKENS, scale=scale),
                         partial(MaskingPolicy, statement_timeout_ms=statement_timeout_ms, production=production)]
     if not introspection:
         extensions.insert(0, DisableIntrospection)
