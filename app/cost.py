@@ -7,9 +7,9 @@ MAX_NODES is refused before execution, and every response reports its cost in `e
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Any, Final, Iterator
+from typing import Any, Callable, Final, Iterator
 
 from graphql import (
     FieldNode,
@@ -492,17 +492,61 @@ def refusal(price: Price) -> GraphQLError | None:
     return None
 
 
-@lru_cache(maxsize=1024)
+# Parsed documents are cached by their text, bounded in bytes (not entries): a document's tree takes 100 to
+# 300 bytes per character of its text (graphql-core keeps every token), so 1,024 entries of 12 kB documents
+# held ~2.8 GB across a validation cache that also kept them. The estimate below is the high end, and the
+# caches keyed by document (by_identity) drop a document's entries when it leaves this one.
+DOCUMENT_BYTES_PER_CHAR = 300
+DOCUMENT_CACHE_BYTES = 64 * 2**20
+_documents: OrderedDict[tuple[str, int], tuple[Any, int]] = OrderedDict()
+_documents_bytes = 0
+_evicted: list[Callable[[Any], None]] = []  # told of each document that leaves the cache
+
+
 def _parsed(query: str, max_tokens: int) -> Any:
+    """The parsed document of a text (the same object for the same text while it is cached)."""
+    global _documents_bytes
+    key = (query, max_tokens)
+    found = _documents.get(key)
+    if found is not None:
+        _documents.move_to_end(key)
+        return found[0]
     from graphql import parse
 
-    return parse(query, max_tokens=max_tokens)
+    document = parse(query, max_tokens=max_tokens)
+    weight = 1_000 + DOCUMENT_BYTES_PER_CHAR * len(query)
+    if weight > DOCUMENT_CACHE_BYTES // 8:
+        return document  # too large to keep: parsed again when asked again
+    _documents[key] = (document, weight)
+    _documents_bytes += weight
+    while _documents_bytes > DOCUMENT_CACHE_BYTES:
+        _, (old, old_weight) = _documents.popitem(last=False)
+        _documents_bytes -= old_weight
+        for forget in _evicted:
+            forget(old)
+    return document
+
+
+def document_cache_bytes() -> int:
+    """The parse cache's estimated size (tests and metrics read it)."""
+    return _documents_bytes
 
 
 def by_identity(fn: Any) -> Any:
     """Cache by the identity of the schema and document (the parse cache hands every request of a
-    query the same document): hashing a document, as lru_cache would, walks its whole tree."""
+    query the same document): hashing a document, as lru_cache would, walks its whole tree. A
+    document's entries go when the parse cache lets the document go (and at most 1,024 entries stay
+    in any case, for documents parsed elsewhere)."""
     cache: dict[tuple, tuple] = {}
+    keys_of: dict[int, list[tuple]] = {}
+
+    def forget(document: Any) -> None:
+        for key in keys_of.pop(id(document), ()):
+            found = cache.get(key)
+            if found is not None and found[1] is document:
+                del cache[key]
+
+    _evicted.append(forget)
 
     def cached(schema: Any, document: Any, *rest: Any) -> Any:
         key = (id(schema), id(document), rest)
@@ -512,9 +556,12 @@ def by_identity(fn: Any) -> Any:
         value = fn(schema, document, *rest)
         if len(cache) >= 1024:
             cache.clear()
+            keys_of.clear()
         cache[key] = (schema, document, value)  # holding both keeps their ids from being reused
+        keys_of.setdefault(id(document), []).append(key)
         return value
 
+    cached.__wrapped__ = fn  # type: ignore[attr-defined]
     return cached
 
 

@@ -426,6 +426,15 @@ class Governor:
                 raise
         return ticket
 
+    async def charge(self, client: Client, points: int) -> None:
+        """Charge work done outside admission (a refused operation's parse and validation): as much of it as
+        the hour has left; past that the client is over budget (its next request is 429 before parsing)."""
+        try:
+            await self.budgets.charge(client, points)
+        except RateLimited:
+            lease = self.budgets._lease(client)
+            lease.spent = max(lease.spent, lease.claimed)
+
     def settle(self, ticket: Ticket, actual_points: int | None) -> None:
         """Release the slots and give back what the operation was charged beyond what it did."""
         if ticket.settled:

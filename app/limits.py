@@ -18,6 +18,11 @@ MAX_DEPTH: Final = 15
 MAX_TOTAL_DEPTH: Final = 20  # introspection included; GraphiQL's introspection query is 15 deep
 MAX_ALIASES: Final = 30
 MAX_TOKENS: Final = 5_000
+# A document's shape before validation (app/shape.py): fields of one definition with its fragments expanded,
+# and a bound on the field comparisons its validation makes. The worst document within them validates in
+# milliseconds (bench/validation.py).
+MAX_FIELDS: Final = 1_000
+MAX_COMPARISONS: Final = 15_000
 MAX_IDS: Final = 100  # papers(arxivIds:), nodes(ids:)
 MAX_FIRST: Final = 100  # first / last of every connection
 MAX_CURSOR_LENGTH: Final = 400
@@ -36,6 +41,9 @@ POINT_UNITS: Final = 100  # a rate-limit point is 100 work units (at least 1 poi
 # --- how long, and how many at once --------------------------------------------------------------
 DEFAULT_REQUEST_TIMEOUT_SECONDS: Final = 10.0
 RETRY_AFTER_SECONDS: Final = "5"  # what a 503 asks a client to wait
+HEAD_TIMEOUT_SECONDS: Final = 10.0  # a request's line and headers, from its first byte (or the connection's opening)
+BODY_TIMEOUT_SECONDS: Final = 10.0  # its body, from the end of its headers (100 kB at 10 kB/s)
+WORKER_HEALTHCHECK_SECONDS: Final = 30  # a worker silent this long is replaced (longer than any deadline)
 HEAVY_COST: Final = 5_000  # operations priced above this are heavy: they take a heavy slot
 HEAVY_PER_CLIENT: Final = 1  # heavy operations one client may run at once (the rest wait their turn)
 HEAVY_SLOTS: Final = 2  # heavy operations running at once per process: the rest of the pool stays for lookups

@@ -315,7 +315,16 @@ class App:
             client = await self.identify(request.scope)
         except Unauthenticated as exc:
             return http.transport_error(401, str(exc), "UNAUTHENTICATED", headers={"WWW-Authenticate": "Bearer"})
-        response = await self._graphql(request, client)
+        from app.pipeline import over_budget
+
+        refused = over_budget(self.governor, client)  # nothing left of its hour: 429 before the body is read
+        if refused is not None:
+            from graphql import ExecutionResult
+
+            response = self.respond(ExecutionResult(data=None, errors=[refused]),
+                                    http.response_media_type(request.headers.get("accept")) or http.GRAPHQL_RESPONSE)
+        else:
+            response = await self._graphql(request, client)
         for name, value in rate_limit_headers(self.governor.status(client)):
             response.headers[name.decode()] = value.decode()
         return response

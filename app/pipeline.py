@@ -7,6 +7,7 @@ them from Strawberry's hooks; the transports call them for what happens around a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import time
 from typing import Any
@@ -17,8 +18,8 @@ from strawberry.extensions import MaskErrors, SchemaExtension
 from strawberry.types import ExecutionResult
 
 from app.db.pool import StatementTimeout
-from app.cost import (DataScale, PaperSize, Price, _parsed, _plan, _validated, actual_units, operation_price,
-                      paper_sizes, priced_papers, refusal)
+from app.cost import (DataScale, PaperSize, Price, _parsed, _plan, _validated, actual_units, by_identity,
+                      operation_price, paper_sizes, priced_papers, refusal)
 from app.errors import OperationError, deadline_error
 from app.governor import RateLimited, Ticket
 from app.limits import MAX_COST, MAX_NODES, RETRY_AFTER_SECONDS
@@ -47,6 +48,36 @@ async def admit(context: Any, price: Price) -> tuple[Ticket | None, GraphQLError
         return None, deadline_error(context.deadline_seconds)
     context.ticket = ticket
     return ticket, None
+
+
+# One work unit is about one object completed in a response, 20 to 40 us on the reference machine
+# (app.limits.MAX_COST): measured parse and validation time is charged at this rate.
+WORK_UNIT_SECONDS = 30e-6
+
+
+def over_budget(governor: Any, client: Any) -> GraphQLError | None:
+    """RATE_LIMITED for a client with nothing left of its hour, before its request is read any further
+    (from memory: no statement); None otherwise. Every transport asks this first (app.main,
+    app.schema.Schema.stream)."""
+    if governor is None or client is None:
+        return None
+    status = governor.status(client)
+    if status is None or status.remaining > 0:
+        return None
+    return rate_limited_error(RateLimited(status, 1))
+
+
+async def charge_refused(context: Any, units: int) -> None:
+    """Charge a refused operation's parse and validation to its client: the points its units make, at
+    least one (a client cannot send invalid documents for free)."""
+    governor = getattr(context, "governor", None)
+    client = getattr(context, "client", None)
+    if governor is None or client is None:
+        return
+    try:
+        await governor.charge(client, Price(0, units).points)
+    except Exception:  # noqa: BLE001 - over budget, or the database away: the refusal stands either way
+        return
 
 
 def settle(governor: Any, ticket: Ticket, actual_units: int) -> None:
@@ -120,10 +151,8 @@ def said_by_client(query: str | None, variables: Any = None) -> frozenset[str]:
 
     text = query or ""
     if variables:
-        try:
+        with contextlib.suppress(TypeError, ValueError):
             text += json.dumps(variables, default=str)
-        except (TypeError, ValueError):
-            pass
     return frozenset(NAME.findall(text))
 
 
@@ -251,6 +280,13 @@ def report(operation: str | None, codes: list[str | None], statements: int, unit
     note(operation=operation or "anonymous", outcome=outcome, cost=units, points=points, statements=statements)
 
 
+@by_identity
+def _shape(schema: Any, document: Any) -> GraphQLError | None:
+    from app.shape import shape_problem
+
+    return shape_problem(document)
+
+
 class OperationSession(SchemaExtension):
     """Each operation's database session, whatever carries it (HTTP, SSE, multipart, both WebSocket
     protocols): opened as the operation starts, closed (rolled back, its connection back in the pool) when
@@ -296,36 +332,78 @@ class RequestPipeline(SchemaExtension):
         self.scale = scale or DataScale()
         self.price: Price | None = None
         self.actual: int | None = None
+        self.front_seconds = 0.0  # parse and validation, measured
+        self.charged = False  # a refusal's parse and validation charged
 
-    def on_operation(self):  # type: ignore[override]
+    async def on_operation(self):  # type: ignore[override]
         ctx = self.execution_context
         ctx.parse_options["max_tokens"] = self.max_tokens
         ctx.validation_rules = ctx.validation_rules + self.rules
         started = time.monotonic()
-        yield
-        context = ctx.context
-        result = ctx.result
-        errors = list(getattr(result, "errors", None) or ()) or list(ctx.pre_execution_errors or ())
-        ticket = getattr(context, "ticket", None)
-        report(ctx.operation_name, [masked(e, 0).extensions.get("code") for e in errors],
-               getattr(getattr(context, "session", None), "statements", 0), self.actual,
-               ticket.points if ticket is not None else None, time.monotonic() - started)
+        try:
+            yield
+        finally:  # however it ends: a stream whose first result is an error is closed at that result
+            context = ctx.context
+            result = ctx.result
+            errors = list(getattr(result, "errors", None) or ()) or list(ctx.pre_execution_errors or ())
+            ticket = getattr(context, "ticket", None)
+            codes = [masked(e, 0).extensions.get("code") for e in errors]
+            if ticket is None and "RATE_LIMITED" not in codes:
+                await self.charge_refused()  # refused otherwise (an operation type this transport does not carry)
+            report(ctx.operation_name, codes, getattr(getattr(context, "session", None), "statements", 0),
+                   self.actual, ticket.points if ticket is not None else None, time.monotonic() - started)
 
-    def on_parse(self):  # type: ignore[override]
+    async def charge_refused(self) -> None:
+        """Refused before admission (a syntax error, a validation error, a shape or price refusal): the
+        reading and checking it cost is charged all the same, at least a point, before the refusal is
+        sent (so the client's next request sees it)."""
+        if not self.charged:
+            self.charged = True
+            await charge_refused(self.execution_context.context, self.front_units())
+
+    def front_units(self) -> int:
+        """Work units of this operation's parse and validation (measured; 0 when both came from the caches)."""
+        return int(self.front_seconds / WORK_UNIT_SECONDS)
+
+    async def on_parse(self):  # type: ignore[override]
+        started = time.perf_counter()
+        try:
+            for _ in self._parse():
+                yield
+        finally:
+            self.front_seconds += time.perf_counter() - started
+        if self.execution_context.graphql_document is None:
+            await self.charge_refused()
+
+    def _parse(self):  # type: ignore[no-untyped-def]
         ctx = self.execution_context
         if ctx.graphql_document is None and ctx.query:
-            try:
+            # A document that does not parse is not cached: Strawberry's own parse (same options, stopping
+            # at the same error) reports it inside its error handling, as a result every transport sends
+            # (an error raised from this hook escaped a stream: SSE dropped the connection, WebSockets
+            # sent a bare `complete`).
+            with contextlib.suppress(GraphQLError):
                 ctx.graphql_document = _parsed(ctx.query, self.max_tokens)
-            except GraphQLError:
-                # Not cached: Strawberry's own parse (same options, stopping at the same error) reports it
-                # inside its error handling, as a result every transport sends (an error raised from
-                # this hook would escape a stream: SSE dropped the connection, WebSockets sent `complete`).
-                pass
         yield
 
-    def on_validate(self):  # type: ignore[override]
+    async def on_validate(self):  # type: ignore[override]
+        started = time.perf_counter()
+        try:
+            for _ in self._validate():
+                yield
+        finally:
+            self.front_seconds += time.perf_counter() - started
+        if self.execution_context.pre_execution_errors:
+            await self.charge_refused()
+
+    def _validate(self):  # type: ignore[no-untyped-def]
         ctx = self.execution_context
         if ctx.pre_execution_errors is None and ctx.graphql_document is not None:
+            problem = _shape(ctx.schema._schema, ctx.graphql_document)
+            if problem is not None:  # refused before validation, whose cost it would set
+                ctx.pre_execution_errors = [problem]
+                yield
+                return
             ctx.pre_execution_errors = _validated(ctx.schema._schema, ctx.graphql_document, tuple(ctx.validation_rules),
                                                   ctx.schema.config.disable_field_suggestions)
         yield
@@ -355,6 +433,8 @@ class RequestPipeline(SchemaExtension):
                     session.single_statement = single
         if error is not None:
             ctx.result = ExecutionResult(data=None, errors=[error])
+            if ticket is None and error.extensions.get("code") != "RATE_LIMITED":
+                await self.charge_refused()
         try:
             yield
         finally:
@@ -362,8 +442,8 @@ class RequestPipeline(SchemaExtension):
                 session = getattr(context, "session", None)
                 self.actual = actual_units(getattr(ctx.result, "data", None), getattr(session, "rows", 0),
                                            getattr(session, "statements", 0))
-            if ticket is not None:
-                settle(getattr(context, "governor", None), ticket, self.actual or 0)
+            if ticket is not None:  # settled to the work done, its parse and validation included
+                settle(getattr(context, "governor", None), ticket, (self.actual or 0) + self.front_units())
 
     async def sizes(self, document: Any, ctx: Any) -> Any:
         """The sizes of the papers the operation names, when data-sized work of theirs is asked (a

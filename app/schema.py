@@ -423,6 +423,11 @@ class Schema(strawberry.Schema):
                      allowed_operation_types: Any = None) -> Any:
         """Strawberry's streaming entry (SSE, multipart, both WebSocket protocols), behind the trusted-documents
         rule the HTTP path applies (PITH_PERSISTED_ONLY: only the manifest's documents run, by text or hash)."""
+        from app.pipeline import over_budget
+
+        refused = over_budget(getattr(context_value, "governor", None), getattr(context_value, "client", None))
+        if refused is not None:
+            return _refused(refused.message, "RATE_LIMITED", refused.extensions)
         persisted = getattr(getattr(context_value, "app", None), "persisted", None)
         if persisted is not None and persisted.only:
             from app.persisted import PersistedQueryError, requested_hash
@@ -457,14 +462,14 @@ class Schema(strawberry.Schema):
                 log.error("unexpected error in %s: %s", error.path, type(original).__name__, exc_info=original)
 
 
-async def _refused(message: str, code: str) -> Any:
+async def _refused(message: str, code: str, extensions: dict | None = None) -> Any:
     """A stream of one result: the operation refused before parsing (the transports send it as an error)."""
     from strawberry.types.execution import PreExecutionError
 
     from app.logs import request_id
 
-    yield PreExecutionError(data=None, errors=[GraphQLError(message, extensions={"code": code,
-                                                                                "requestId": request_id.get()})])
+    yield PreExecutionError(data=None, errors=[GraphQLError(message, extensions={
+        **(extensions or {}), "code": code, "requestId": request_id.get()})])
 
 
 # The limiters' validation rules, built once: Strawberry's limiters make new rule classes each time they

@@ -1,0 +1,139 @@
+"""Reading, parsing and validation are bounded and charged: documents whose validation would be slow are
+refused by a linear shape check before validation runs, every refused document costs its client at least
+a point, and a client with nothing left of its hour is answered 429 before its document is parsed, on
+every transport.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import httpx
+import pytest
+import pytest_asyncio
+
+from app.limits import MAX_COMPARISONS, MAX_FIELDS
+from app.settings import Settings
+from tests.conftest import LiveServer, serve
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+ATTACKS = {
+    "4,989 x a": "{ d1 " + " a" * 4989 + " }",
+    "__typename + 550 x paper{title}": "{ __typename " + ' paper(arxivId: "x") { title }' * 550 + " }",
+    "200 fragments of paper{title}": "{ " + " ".join(f"...h{i}" for i in range(200)) + " } "
+    + "".join(f'fragment h{i} on Query {{ paper(arxivId: "x") {{ title }} }} ' for i in range(200)),
+    "fragments doubling": "{ ...f9 } fragment f0 on Query { __typename } "
+    + "".join(f"fragment f{i} on Query {{ ...f{i - 1} ...f{i - 1} a{i}: __typename }} " for i in range(1, 10))
+    + "".join(f"fragment g{i} on Query {{ ...f9 ...f9 }} " for i in range(1)),
+    "nested repeats": "{ " + " ".join(['paper(arxivId: "x") { ' + " ".join(
+        ['inbound(first: 1) { ' + " ".join(["edges { cursor cursor cursor }"] * 3) + " }"] * 3) + " }"] * 3) + " }",
+}
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def budgeted(empty_database, statements):
+    settings = Settings(database_url=empty_database, production=True, introspection=False, graphiql=False,
+                        anonymous_points_per_hour=30)
+    async for s in serve(empty_database, statements, settings):
+        yield s
+
+
+def remaining(response: httpx.Response) -> int:
+    return int(re.search(r"r=(\d+)", response.headers["ratelimit"]).group(1))
+
+
+async def test_documents_that_would_validate_slowly_are_refused_before_validation(served):
+    for label, document in ATTACKS.items():
+        answer = await served.client.post("/graphql", json={"query": document})
+        assert answer.status_code == 200, (label, answer.text[:300])
+        codes = [e["extensions"]["code"] for e in answer.json()["errors"]]
+        assert codes == ["QUERY_TOO_COMPLEX"], (label, answer.json()["errors"][:2])
+    # What clients write passes: a field from many fragments (Relay's `id`), a hundred leaves, aliases.
+    relay = "{ paper(arxivId: \"2402.15627\") { ...a0 " + " ".join(f"...a{i}" for i in range(1, 60)) + " } } " + \
+        "".join(f"fragment a{i} on Paper {{ arxivId title }} " for i in range(60))
+    leaves = '{ paper(arxivId: "2402.15627") { ' + " title" * 90 + " } }"
+    aliased = "{ " + " ".join(f'p{i}: paper(arxivId: "2402.15627") {{ arxivId title }}' for i in range(30)) + " }"
+    for document in (relay, leaves, aliased):
+        answer = await served.client.post("/graphql", json={"query": document})
+        assert answer.status_code == 200 and "errors" not in answer.json(), answer.text[:500]
+    assert MAX_FIELDS >= 1000 and MAX_COMPARISONS >= 10_000  # the figures bench/validation.py measured
+
+
+async def test_every_refused_document_is_charged_and_an_exhausted_client_is_refused_before_parsing(budgeted):
+    client = budgeted.client
+    first = await client.post("/graphql", json={"query": "{ __typename }"})
+    assert first.status_code == 200
+    left = remaining(first)
+    refused = ["{ nope }", "{ paper(", ATTACKS["4,989 x a"], '{ paper(arxivId: "x") { title }']
+    for document in refused * 3:
+        answer = await client.post("/graphql", json={"query": document})
+        assert answer.status_code in (200, 400), answer.text[:200]
+        now = remaining(answer)
+        assert now <= left - 1, (document[:30], left, now)  # at least a point each
+        left = now
+    while left > 0:  # spend the rest with refused documents
+        answer = await client.post("/graphql", json={"query": "{ nope }"})
+        if answer.status_code == 429:
+            break
+        left = remaining(answer)
+    # Nothing left: 429 before the document is read, whatever it is (a syntax error is not even parsed).
+    for document in ("{ __typename }", "{ paper(", ATTACKS["4,989 x a"]):
+        answer = await client.post("/graphql", json={"query": document})
+        assert answer.status_code == 429, answer.text[:300]
+        assert answer.headers["retry-after"]
+        assert [e["extensions"]["code"] for e in answer.json()["errors"]] == ["RATE_LIMITED"]
+    # And over a stream.
+    async with client.stream("POST", "/graphql", json={"query": "{ paper("},
+                             headers={"accept": "text/event-stream"}) as stream:
+        body = (await stream.aread()).decode()
+    assert "RATE_LIMITED" in body and "Syntax Error" not in body, body[:300]
+
+
+async def test_the_same_refusal_over_websockets(empty_database):
+    import websockets
+
+    server = LiveServer(empty_database, env={"PITH_ENV": "production", "PITH_ANONYMOUS_POINTS_PER_HOUR": "5"})
+    try:
+        async with websockets.connect(server.base.replace("http", "ws") + "/graphql",
+                                      subprotocols=["graphql-transport-ws"]) as ws:
+            await ws.send(json.dumps({"type": "connection_init"}))
+            assert json.loads(await ws.recv())["type"] == "connection_ack"
+            codes = []
+            for i in range(10):
+                await ws.send(json.dumps({"id": str(i), "type": "subscribe", "payload": {"query": "{ nope }"}}))
+                message = json.loads(await ws.recv())
+                assert message["type"] == "error", message
+                codes.append(message["payload"][0]["extensions"]["code"])
+        # Each refusal costs at least a point (more when its parse and validation took longer): at most five
+        # of the five points' refusals are validation errors, then every operation is refused unparsed.
+        first = codes.index("RATE_LIMITED")
+        assert 1 <= first <= 5 and codes[:first] == ["GRAPHQL_VALIDATION_FAILED"] * first, codes
+        assert codes[first:] == ["RATE_LIMITED"] * (10 - first), codes
+    finally:
+        server.stop()
+
+
+async def test_document_caches_are_bounded_in_bytes_and_let_documents_go():
+    import gc
+    import weakref
+
+    from graphql import specified_rules
+
+    from app import cost
+    from app.schema import LIMIT_RULES, make_schema
+
+    schema = make_schema()._schema
+    rules = (*specified_rules, *LIMIT_RULES)
+    first = None
+    for i in range(60):  # distinct 12 kB documents that fail validation (their size in a comment: quick to check)
+        text = f"{{ nope{i} }} # " + "x" * 12_000
+        document = cost._parsed(text, 5000)
+        cost._validated(schema, document, rules, True)
+        if first is None:
+            first = weakref.ref(document)
+        del document
+    assert cost.document_cache_bytes() <= cost.DOCUMENT_CACHE_BYTES
+    gc.collect()
+    assert first() is None  # evicted from the parse cache, and no cache keyed by document kept it
