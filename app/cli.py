@@ -16,6 +16,7 @@ from pathlib import Path
 import asyncpg
 
 from app.db.pool import Session, connect
+from app.limits import WORKER_HEALTHCHECK_SECONDS
 from app.settings import Settings, redact_url
 
 log = logging.getLogger("pith")
@@ -133,6 +134,18 @@ def _metrics_folder() -> None:
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
 
 
+def concurrency_limit(settings: Settings) -> int:
+    """Connections a worker serves at once: what its file descriptors allow, less those its pools, the change
+    listener and the runtime keep (past it uvicorn answers 503 with Retry-After instead of failing accept)."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        soft = 65_536
+    reserved = 64 + 2 * settings.pool_max * (1 + len(settings.replica_urls))
+    return max(32, int(soft) - reserved)
+
+
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     _metrics_folder()
     import uvicorn
@@ -168,9 +181,16 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         metrics.process_exits()
     else:
         target = app
-    # log_config=None: uvicorn's loggers go through ours, so JSON logs stay JSON.
+    # log_config=None: uvicorn's loggers go through ours, so JSON logs stay JSON. Its INFO lines are left
+    # out but one: a worker replaced by the supervisor, told as a warning with why (app.logs.WorkerReplaced).
     uvicorn.run(target, factory=args.workers > 1, host=settings.host, port=settings.port, workers=args.workers,
-                log_config=None, log_level="warning", proxy_headers=False, access_log=False,
+                log_config=None, log_level="info", proxy_headers=False, access_log=False,
+                # Connections and requests at once, per worker, past which uvicorn answers 503 with
+                # Retry-After (app.protocol) before the process runs out of file descriptors.
+                limit_concurrency=concurrency_limit(settings),
+                # The supervisor replaces a worker that does not answer its health check in this long: longer
+                # than any request's deadline, so a worker busy with its work is not killed with it.
+                timeout_worker_healthcheck=WORKER_HEALTHCHECK_SECONDS,
                 # httptools with a bound on the request line and headers (431 past app.limits.MAX_HEADER_BYTES).
                 http=BoundedHttpToolsProtocol,
                 # Longer than the usual load balancer idle timeout (60 s), so the balancer closes first.

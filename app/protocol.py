@@ -16,9 +16,29 @@ Two counts, both of the head alone:
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
+from uvicorn.protocols.http import httptools_impl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from app.limits import MAX_HEADER_BYTES
+from app.limits import BODY_TIMEOUT_SECONDS, HEAD_TIMEOUT_SECONDS, MAX_HEADER_BYTES, RETRY_AFTER_SECONDS
+
+
+async def service_unavailable(scope: Any, receive: Any, send: Any) -> None:
+    """uvicorn's answer past `limit_concurrency`, with Retry-After and in the GraphQL error shape (uvicorn's
+    own has neither): the request was not read, a client may retry it."""
+    body = (b'{"errors":[{"message":"the server is at its limit of connections; retry shortly",'
+            b'"extensions":{"code":"SERVICE_UNAVAILABLE"}}]}')
+    await send({"type": "http.response.start", "status": 503,
+                "headers": [(b"content-type", b"application/json; charset=utf-8"),
+                            (b"content-length", str(len(body)).encode()), (b"retry-after", RETRY_AFTER_SECONDS.encode()),
+                            (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+# uvicorn's httptools protocol answers with the module's `service_unavailable` past its limit: ours instead.
+httptools_impl.service_unavailable = service_unavailable  # type: ignore[assignment]
 
 
 class HeadersTooLarge(Exception):
@@ -35,6 +55,37 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._in_head = True  # the next bytes belong to a request's head
         self._heads_done = 0  # heads completed on this connection
         self._too_large = False
+        self._timer: asyncio.TimerHandle | None = None  # the head's or the body's deadline
+
+    # --- timeouts: a head must arrive within HEAD_TIMEOUT_SECONDS of its first byte (or of the connection
+    # opening), a body within BODY_TIMEOUT_SECONDS of its head; uvicorn's timeout_keep_alive bounds the
+    # idle time between requests. A slow client is closed, not kept (slowloris).
+    def _arm(self, seconds: float) -> None:
+        self._disarm()
+        self._timer = self.loop.call_later(seconds, self._too_slow)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _too_slow(self) -> None:
+        self._timer = None
+        if self.transport is not None and not self.transport.is_closing():
+            self.logger.debug("closed a connection whose request did not arrive in time")
+            self.transport.close()
+
+    def handle_websocket_upgrade(self) -> None:
+        self._disarm()  # the WebSocket protocol takes the connection over (its own pings bound it)
+        super().handle_websocket_upgrade()
+
+    def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm(HEAD_TIMEOUT_SECONDS)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
 
     def _count(self, n: int) -> None:
         self._head += n
@@ -44,6 +95,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         self._head = 0
+        self._arm(HEAD_TIMEOUT_SECONDS)
         super().on_message_begin()
 
     def on_url(self, url: bytes) -> None:
@@ -57,10 +109,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._in_head, self._raw = False, 0
         self._heads_done += 1
+        self._arm(BODY_TIMEOUT_SECONDS)
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
         self._in_head = True  # what follows on this connection is the next request's head
+        self._disarm()  # read: answering is the handler's (its deadline), idling uvicorn's keep-alive
         super().on_message_complete()
 
     def data_received(self, data: bytes) -> None:

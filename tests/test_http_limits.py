@@ -151,3 +151,89 @@ async def test_a_path_cannot_add_fields_to_a_text_access_line(server):
         assert not {"status=200", "client=192.0.2.1", "key=admin", "points=0"} & set(fields), line
         keys = [f.split("=", 1)[0] for f in fields[4:]]
         assert len(keys) == len(set(keys)), line  # every field once: none was injected
+
+
+async def test_slow_and_idle_sockets_are_closed_and_websockets_are_not(server):
+    """A head that never ends and a socket that sends nothing are closed after HEAD_TIMEOUT_SECONDS (the
+    wait is bounded, never measured); a WebSocket idle as long stays open."""
+    import websockets
+
+    from app.limits import HEAD_TIMEOUT_SECONDS
+
+    async def closed_by_server(first: bytes) -> bool:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        try:
+            if first:
+                writer.write(first)
+                await writer.drain()
+            return await asyncio.wait_for(reader.read(1000), HEAD_TIMEOUT_SECONDS * 3) == b""
+        finally:
+            writer.close()
+
+    async def websocket_outlives_the_timeout() -> bool:
+        async with websockets.connect(server.base.replace("http", "ws") + "/graphql",
+                                      subprotocols=["graphql-transport-ws"]) as ws:
+            await asyncio.sleep(HEAD_TIMEOUT_SECONDS + 2)
+            await ws.send(json.dumps({"type": "connection_init"}))
+            return json.loads(await asyncio.wait_for(ws.recv(), 10))["type"] == "connection_ack"
+
+    idle, slow, body, ws = await asyncio.gather(
+        closed_by_server(b""), closed_by_server(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: "),
+        closed_by_server(post(b"{" + b" " * 10)[:-5]), websocket_outlives_the_timeout())
+    assert idle and slow and body and ws
+
+
+async def test_past_its_connection_limit_a_worker_answers_503_with_retry_after(database_url):
+    """limit_concurrency follows the file-descriptor limit: a server started with few descriptors answers
+    the connection past its limit 503 with Retry-After instead of failing to accept it."""
+    import resource
+
+    from app.cli import concurrency_limit
+    from app.settings import Settings
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))  # the server process inherits it
+    try:
+        limit = concurrency_limit(Settings())
+        small = LiveServer(database_url)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    held = []
+    try:
+        for _ in range(limit):
+            held.append(await asyncio.open_connection("127.0.0.1", small.port))
+        reader, writer = await asyncio.open_connection("127.0.0.1", small.port)
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        await writer.drain()
+        status, body = await read_response(reader)
+        writer.close()
+        assert status == 503 and b"SERVICE_UNAVAILABLE" in body, (status, body)
+    finally:
+        for _, w in held:
+            w.close()
+        small.stop()
+    assert 32 <= limit < 256
+
+
+async def test_a_replaced_worker_is_logged_with_why(database_url):
+    import os
+    import signal
+    import time
+
+    import psutil
+
+    two = LiveServer(database_url, env={"PITH_WORKERS": "2"})
+    try:
+        workers = [p for p in psutil.Process(two.process.pid).children(recursive=True)
+                   if "multiprocessing" not in " ".join(p.cmdline()) or "spawn_main" in " ".join(p.cmdline())]
+        victim = max(workers, key=lambda p: p.create_time())
+        os.kill(victim.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and "replaced" not in two.logs():
+            await asyncio.sleep(0.2)
+        lines = [line for line in two.logs().splitlines() if "replaced" in line]
+        assert lines and "WARNING" in lines[0] and f"[{victim.pid}]" in lines[0], two.logs()[-2000:]
+        assert "health check" in lines[0]
+        assert "Started server process" not in two.logs()  # uvicorn's other INFO lines stay out
+    finally:
+        two.stop()
