@@ -324,10 +324,29 @@ class App:
             response = self.respond(ExecutionResult(data=None, errors=[refused]),
                                     http.response_media_type(request.headers.get("accept")) or http.GRAPHQL_RESPONSE)
         else:
-            response = await self._graphql(request, client)
+            response = await self._bounded(request, client)
         for name, value in rate_limit_headers(self.governor.status(client)):
             response.headers[name.decode()] = value.decode()
         return response
+
+    async def _bounded(self, request: Request, client: Client) -> Response:
+        """The request within its deadline, whatever it waits for (the body, a pool connection for the
+        cache validator or the paper sizes, admission, execution, its session's close): the operation's own
+        deadline answers TIMEOUT at PITH_REQUEST_TIMEOUT; this bound, DEADLINE_MARGIN later, catches any wait
+        outside it, so no answer comes later than the deadline plus the margin."""
+        from app import http
+        from app.errors import deadline_error
+
+        seconds = self.settings.request_timeout
+        if not seconds:
+            return await self._graphql(request, client)
+        try:
+            async with asyncio.timeout(seconds + DEADLINE_MARGIN):
+                return await self._graphql(request, client)
+        except TimeoutError:
+            error = deadline_error(seconds)
+            return http.transport_error(504, error.message, "TIMEOUT",
+                                        http.response_media_type(request.headers.get("accept")))
 
     async def _graphql(self, request: Request, client: Client) -> Response:
         from app import http
@@ -831,6 +850,7 @@ async def _buffered(receive: Receive) -> tuple[bytes, Receive]:
 
 
 POOL_CLOSE_SECONDS = 3.0
+DEADLINE_MARGIN = 0.5  # past its deadline, a request still waiting for anything is answered 504
 
 
 async def close_pool(pool: asyncpg.Pool) -> None:

@@ -287,6 +287,9 @@ def _shape(schema: Any, document: Any) -> GraphQLError | None:
     return shape_problem(document)
 
 
+SESSION_CLOSE_GRACE = 0.5  # seconds an answer waits for its session's close
+
+
 class OperationSession(SchemaExtension):
     """Each operation's database session, whatever carries it (HTTP, SSE, multipart, both WebSocket
     protocols): opened as the operation starts, closed (rolled back, its connection back in the pool) when
@@ -311,7 +314,12 @@ class OperationSession(SchemaExtension):
             yield
         finally:
             if opened is not None:
-                await opened.close()
+                # Closing waits for a cancelled statement to end in PostgreSQL and rolls back; past
+                # SESSION_CLOSE_GRACE the answer goes without waiting (the close goes on in a task of its
+                # own, and the connection returns to the pool when it is done).
+                closing = asyncio.ensure_future(opened.close())
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(closing), SESSION_CLOSE_GRACE)
 
 
 class RequestPipeline(SchemaExtension):
@@ -461,7 +469,10 @@ class RequestPipeline(SchemaExtension):
         if refusal(least) is not None:
             return {arxiv_id: PaperSize() for arxiv_id in papers}
         try:
-            return await paper_sizes(session, papers)
+            async with asyncio.timeout(ctx.context.remaining() if hasattr(ctx.context, "remaining") else None):
+                return await paper_sizes(session, papers)  # within the deadline (a pool wait included)
+        except TimeoutError:
+            raise deadline_error(getattr(ctx.context, "deadline_seconds", None) or 0) from None
         except Exception as exc:  # the database away: reported as every failed statement is (app.pipeline.masked)
             raise GraphQLError("the database could not price the operation", original_error=exc) from exc
 
