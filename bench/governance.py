@@ -174,12 +174,176 @@ def budgets(url: str, ids: list[str], seconds: int, rounds: int) -> dict:
             "wrk": "wrk -t2 -c32", "seconds": seconds, "rounds": rounds}
 
 
+# --- the attack table (issue of record: every door behind the same rules) -------------------------
+
+def attack_documents() -> dict[str, str]:
+    return {
+        "invalid_10kb": "{ d1 " + " a" * 4989 + " }",
+        "overlap_19kb": "{ __typename " + ' paper(arxivId: "x") { title }' * 550 + " }",
+    }
+
+
+async def attacks(url: str, top: str, ids: list[str], seconds: float) -> dict:
+    """The hostile table against a production two-worker server (PITH_ENV=production, PITH_WORKERS=2,
+    ulimit -n 1024), clients told apart by X-Forwarded-For from loopback as a trusted proxy: a light client
+    looks a paper up every 0.1 s, alone and then during each attack; its p50/p99/max and errors, the
+    attackers' statuses, the workers' pids (none replaced) and their peak RSS, and the slowest answer."""
+    import random
+    import resource
+    import secrets
+    import subprocess
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8192), hard))  # the attackers' own sockets
+    port = free_port()
+    env = {**os.environ, "DATABASE_URL": url, "PITH_ACCESS_LOG": "0", "PITH_ENV": "production",
+           "PITH_WORKERS": "2", "PITH_TRUSTED_PROXIES": "127.0.0.1"}
+    command = ["sh", "-c", f"ulimit -n 1024; exec {sys.executable} -m app.cli serve --port {port}"]
+    server = Running("pith-production", command, env, port, payload("pith", "Q2", ids[0]))
+    keys = []
+    for n in range(4):  # four funded keys
+        made = subprocess.run([sys.executable, "-m", "app.cli", "keys", "create", "--name",
+                               f"attack-{secrets.token_hex(4)}-{n}", "--points-per-hour", "1000000"],
+                              env={**os.environ, "DATABASE_URL": url}, capture_output=True, text=True, check=True)
+        keys.append(made.stdout.strip().splitlines()[-1])
+    supervisor = psutil.Process(server.process.pid)
+
+    def workers() -> set[int]:
+        return {p.pid for p in supervisor.children(recursive=True) if "spawn_main" in " ".join(p.cmdline())}
+
+    before_workers = workers()
+    peaks: dict[int, int] = {}
+    stop_sampling = threading.Event()
+
+    def sample() -> None:
+        while not stop_sampling.is_set():
+            for pid in workers():
+                try:
+                    peaks[pid] = max(peaks.get(pid, 0), psutil.Process(pid).memory_info().rss)
+                except psutil.Error:
+                    pass
+            time.sleep(0.1)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    docs = attack_documents()
+    results: dict = {}
+    slowest = 0.0
+    try:
+        async def light(until: float) -> dict:
+            latencies, errors = [], 0
+            async with httpx.AsyncClient(base_url=server.base, timeout=60,
+                                         headers={"x-forwarded-for": "198.51.100.1"}) as client:
+                i = 0
+                while time.monotonic() < until:
+                    started = time.perf_counter()
+                    try:
+                        r = await client.post("/graphql", json=payload("pith", "Q2", ids[i % len(ids)]))
+                        ok = r.status_code == 200 and "errors" not in r.json()
+                    except httpx.HTTPError:
+                        ok = False
+                    latencies.append(time.perf_counter() - started)
+                    errors += not ok
+                    i += 1
+                    await asyncio.sleep(max(0.0, 0.1 - latencies[-1]))
+            latencies.sort()
+            return {"n": len(latencies), "errors": errors,
+                    "p50_ms": round(latencies[len(latencies) // 2] * 1000, 1),
+                    "p99_ms": round(latencies[int(0.99 * (len(latencies) - 1))] * 1000, 1),
+                    "max_ms": round(latencies[-1] * 1000, 1)}
+
+        async def attacker(name: str, until: float) -> dict:
+            nonlocal slowest
+            statuses: dict[str, int] = {}
+            tasks = []
+
+            def note(status: object, elapsed: float) -> None:
+                nonlocal slowest
+                statuses[str(status)] = statuses.get(str(status), 0) + 1
+                slowest = max(slowest, elapsed)
+
+            async def loop(client: httpx.AsyncClient, make) -> None:  # noqa: ANN001
+                while time.monotonic() < until:
+                    kwargs = make()
+                    started = time.perf_counter()
+                    try:
+                        r = await client.post("/graphql", **kwargs)
+                        note(r.status_code, time.perf_counter() - started)
+                    except httpx.HTTPError as exc:
+                        note(type(exc).__name__, time.perf_counter() - started)
+
+            limits = httpx.Limits(max_connections=8)
+            async with httpx.AsyncClient(base_url=server.base, timeout=60, limits=limits) as client:
+                if name == "two connections of invalid 10 kB documents":
+                    tasks = [loop(client, lambda n=n: {"json": {"query": docs["invalid_10kb"]},
+                                                        "headers": {"x-forwarded-for": f"203.0.113.{n}"}})
+                             for n in range(2)]
+                elif name == "four requests of 19 kB (overlapping fields)":
+                    tasks = [loop(client, lambda n=n: {"json": {"query": docs["overlap_19kb"]},
+                                                        "headers": {"x-forwarded-for": f"203.0.113.{10 + n}"}})
+                             for n in range(4)]
+                elif name == "2,200 distinct 12 kB invalid documents":
+                    counter = iter(range(10**9))
+                    tasks = [loop(client, lambda n=n: {"json": {"query": "{ " + " ".join(
+                        f"f{next(counter) % 2200}_{j}: nope" for j in range(1000)) + " }"},
+                        "headers": {"x-forwarded-for": f"203.0.113.{20 + n}"}}) for n in range(2)]
+                elif name == "four funded keys looping heavy operations":
+                    tasks = [loop(client, lambda k=k: {"json": heavy_body(top),
+                                                        "headers": {"authorization": f"Bearer {k}"}}) for k in keys]
+                elif name == "random Bearer keys":
+                    tasks = [loop(client, lambda: {"json": {"query": "{ __typename }"},
+                                                   "headers": {"authorization": f"Bearer pith_{secrets.token_hex(16)}",
+                                                               "x-forwarded-for": f"203.0.113.{random.randrange(30, 40)}"}})
+                             for _ in range(2)]
+                elif name == "2,500 idle sockets":
+                    held = []
+
+                    async def hold() -> None:
+                        while time.monotonic() < until:
+                            while len(held) < 2500 and time.monotonic() < until:
+                                try:
+                                    held.append(await asyncio.open_connection("127.0.0.1", server.port))
+                                except OSError:
+                                    await asyncio.sleep(0.05)
+                            await asyncio.sleep(0.2)
+                            held[:] = [(r, w) for r, w in held if not w.is_closing() and not r.at_eof()]
+                        for _, w in held:
+                            w.close()
+
+                    tasks = [hold()]
+                await asyncio.gather(*tasks)
+            return statuses
+
+        until = time.monotonic() + seconds
+        results["unloaded"] = await light(until)
+        for name in ("two connections of invalid 10 kB documents", "four requests of 19 kB (overlapping fields)",
+                     "2,200 distinct 12 kB invalid documents", "four funded keys looping heavy operations",
+                     "random Bearer keys", "2,500 idle sockets"):
+            until = time.monotonic() + seconds
+            measured, statuses = await asyncio.gather(light(until), attacker(name, until))
+            measured["attack_statuses"] = statuses
+            measured["p99_vs_unloaded"] = round(measured["p99_ms"] / max(results["unloaded"]["p99_ms"], 0.1), 2)
+            results[name] = measured
+            print(name, json.dumps(measured), flush=True)
+            await asyncio.sleep(2)
+    finally:
+        stop_sampling.set()
+        sampler.join(2)
+        after_workers = workers()
+        server.stop()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    return {"seconds_per_row": seconds, "rows": results, "workers_replaced": len(before_workers - after_workers),
+            "peak_worker_rss_mb": round(max(peaks.values()) / 2**20, 1) if peaks else None,
+            "bound_mb": MEMORY_BOUND_MB, "slowest_attack_answer_s": round(slowest, 2),
+            "deadline_s": 10.0}
+
+
 def report_lines() -> list[str]:
     """The "Governance under load" section of BENCHMARKS.md, from the newest result of each part."""
     latest: dict[str, tuple[str, dict]] = {}
     for path in sorted(RESULTS.glob("governance-*.json")):
         r = json.loads(path.read_text())
-        for part in ("fairness", "memory", "budgets"):
+        for part in ("fairness", "memory", "budgets", "attacks"):
             if part in r:
                 latest[part] = (r["date"], r[part], r["command"])  # type: ignore[assignment]
     if not latest:
@@ -206,6 +370,18 @@ def report_lines() -> list[str]:
                      f"{b['wrk']}, {b['rounds']} alternating rounds of {b['seconds']} s: {min(b['rps_on']):.0f}-"
                      f"{max(b['rps_on']):.0f} vs {min(b['rps_off']):.0f}-{max(b['rps_off']):.0f} rps, "
                      f"**{b['ratio']:.2f}x** (target >= {b['target']}x: {met}).")
+    if "attacks" in latest:
+        date, a, command = latest["attacks"]  # type: ignore[misc]
+        base = a["rows"]["unloaded"]
+        lines.append(f"- Attack table ({date[:10]}, production, two workers, ulimit -n 1024, {a['seconds_per_row']:.0f} s "
+                     f"a row): a light client alone p50 {base['p50_ms']} ms, p99 {base['p99_ms']} ms; workers "
+                     f"replaced: {a['workers_replaced']}; peak worker RSS {a['peak_worker_rss_mb']} MB (bound "
+                     f"{a['bound_mb']} MB); slowest answer to an attacker {a['slowest_attack_answer_s']} s.")
+        for name, row in a["rows"].items():
+            if name != "unloaded":
+                lines.append(f"  - {name}: light p50 {row['p50_ms']} ms, **p99 {row['p99_ms']} ms "
+                             f"({row['p99_vs_unloaded']}x)**, errors {row['errors']}/{row['n']}; attackers "
+                             f"{row['attack_statuses']}")
     return lines
 
 
@@ -213,7 +389,7 @@ def main() -> None:
     parser = graph_arguments(__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--only", choices=("fairness", "memory", "budgets"))
+    parser.add_argument("--only", choices=("fairness", "memory", "budgets", "attacks"))
     args = parser.parse_args()
     found: dict = {}
     with graph_database(args, "pith_governance") as url:
@@ -224,6 +400,9 @@ def main() -> None:
         if args.only in (None, "memory"):
             found["memory"] = asyncio.run(memory(url, top, ids))
             print(json.dumps(found["memory"]), flush=True)
+        if args.only in (None, "attacks"):
+            found["attacks"] = asyncio.run(attacks(url, top, ids, args.seconds))
+            print(json.dumps(found["attacks"]), flush=True)
         if args.only in (None, "budgets"):
             found["budgets"] = budgets(url, ids, int(args.seconds // 2) or 5, args.rounds)
             print(json.dumps(found["budgets"]), flush=True)
