@@ -32,7 +32,8 @@ async def service_unavailable(scope: Any, receive: Any, send: Any) -> None:
             b'"extensions":{"code":"SERVICE_UNAVAILABLE"}}]}')
     await send({"type": "http.response.start", "status": 503,
                 "headers": [(b"content-type", b"application/json; charset=utf-8"),
-                            (b"content-length", str(len(body)).encode()), (b"retry-after", RETRY_AFTER_SECONDS.encode()),
+                            (b"content-length", str(len(body)).encode()),
+                            (b"retry-after", RETRY_AFTER_SECONDS.encode()),
                             (b"connection", b"close")]})
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
