@@ -320,6 +320,9 @@ class Importer:
     async def run(self, paths: list[str]) -> Summary:
         started = self.started = time.monotonic()
         async with self.conn.transaction():
+            # Each batch probes a few thousand keys: a plan's JIT compilation or parallel workers cost more than
+            # the probe (and the merges are inserts, which run in one process anyway).
+            await self.conn.execute("SET LOCAL jit = off; SET LOCAL max_parallel_workers_per_gather = 0")
             self.loader = Loader(self.conn, f"{self.source} import", staged_unique=True)  # see DEDUPE
             await self.loader.start()
             for path in paths:
@@ -610,14 +613,13 @@ class Importer:
         # What a work is at this import's instant: its latest snapshot by then (None before its first), so a
         # snapshot imported after a later one describes the work as date order would have.
         rows = await self.conn.fetch(
-            "SELECT k.doi, k.work_id, s.observed_at, s.arxiv_id, s.pith_arxiv_id, s.title, s.venue, s.year "
-            "FROM (SELECT DISTINCT lower(doi) AS doi, work_id FROM work_snapshots "
-            "WHERE lower(doi) = any($1::text[])) AS k "
-            "LEFT JOIN LATERAL (SELECT * FROM work_snapshots AS w WHERE w.work_id = k.work_id AND w.observed_at <= $2 "
-            "ORDER BY w.observed_at DESC LIMIT 1) AS s ON true ORDER BY k.work_id", dois, self.at)
+            "SELECT DISTINCT ON (w.work_id) lower(w.doi) AS doi, w.work_id, w.observed_at <= $2 AS then_known, "
+            "w.arxiv_id, w.pith_arxiv_id, w.title, w.venue, w.year FROM work_snapshots AS w "
+            "WHERE lower(w.doi) = any($1::text[]) "
+            "ORDER BY w.work_id, w.observed_at <= $2 DESC, w.observed_at DESC", dois, self.at)
         found: dict[str, list[tuple[uuid.UUID, Any]]] = {}
         for row in rows:
-            found.setdefault(row["doi"], []).append((row["work_id"], row if row["observed_at"] is not None else None))
+            found.setdefault(row["doi"], []).append((row["work_id"], row if row["then_known"] else None))
         for doi in dois:
             if doi not in found:
                 found[doi] = [(work_id_of_doi(doi), None)]
