@@ -6,8 +6,9 @@
 
 Reads Paper.citationsByYear (one statement for a whole batch of papers, uncapped) for the papers named,
 or for every paper browsePapers lists with --category / --submitted-from / --submitted-to. Batches
-shrink when the server prices them over its limit. Standard library only. CSV: arxiv_id, year,
-citing_papers (submitted that year), cumulative (up to and including that year).
+shrink when the server prices them over its limit (a batch holding a much-cited paper), and grow back
+after. Standard library only. CSV: arxiv_id, year, citing_papers (submitted that year), cumulative (up
+to and including that year).
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
                 total += row["count"]
                 writer.writerow([paper["arxivId"], row["year"], row["count"], total])
         start += len(batch)
+        size = min(BATCH, size * 2)  # one costly paper shrinks its own batch, not every batch after it
     print(f"{len(ids)} papers", file=sys.stderr)
     return 0
 
