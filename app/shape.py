@@ -23,7 +23,7 @@ from typing import Any
 from graphql import (DocumentNode, FieldNode, FragmentDefinitionNode, FragmentSpreadNode, GraphQLError,
                      InlineFragmentNode, OperationDefinitionNode, SelectionSetNode)
 
-from app.limits import MAX_COMPARISONS, MAX_FIELDS
+from app.limits import MAX_ALIASES, MAX_COMPARISONS, MAX_FIELDS
 
 
 # Comparing two fields that have selections costs about 25 leaf comparisons before their selections are
@@ -117,8 +117,26 @@ def _what(definition: Any) -> str:
     return f"fragment {definition.name.value}" if isinstance(definition, FragmentDefinitionNode) else "the operation"
 
 
+def _aliases(selection_set: SelectionSetNode | None) -> int:
+    if selection_set is None:
+        return 0
+    found = 0
+    for selection in selection_set.selections:
+        if isinstance(selection, FieldNode):
+            found += (selection.alias is not None) + _aliases(selection.selection_set)
+        elif isinstance(selection, InlineFragmentNode):
+            found += _aliases(selection.selection_set)
+    return found
+
+
 def shape_problem(document: DocumentNode) -> GraphQLError | None:
     """Why a document is refused before validation, or None."""
+    # Aliases as written, counted here as well as by validation's rule (app.schema.LIMIT_RULES): a document
+    # of a thousand aliased unknown fields is refused before validation reports a hundred errors about it.
+    aliases = sum(_aliases(getattr(d, "selection_set", None)) for d in document.definitions)
+    if aliases > MAX_ALIASES:
+        return GraphQLError(f"the document has {aliases} aliases; at most {MAX_ALIASES} are allowed",
+                            extensions={"code": "QUERY_TOO_COMPLEX", "limit": MAX_ALIASES})
     shape = _Shape(document)
     for definition in document.definitions:
         if not isinstance(definition, (OperationDefinitionNode, FragmentDefinitionNode)):
