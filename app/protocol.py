@@ -42,6 +42,33 @@ async def service_unavailable(scope: Any, receive: Any, send: Any) -> None:
 httptools_impl.service_unavailable = service_unavailable  # type: ignore[assignment]
 
 
+MAX_CONNECTIONS_PER_PEER = 256  # without limit_concurrency; with it, a quarter of it
+_per_peer: dict[str, int] = {}  # connections open per untrusted peer address, in this worker
+_trusted_networks: Any = None
+
+
+def _trusted(peer: str) -> bool:
+    """Whether the peer is one of PITH_TRUSTED_PROXIES (read once per worker)."""
+    global _trusted_networks
+    if _trusted_networks is None:
+        import ipaddress
+
+        from app.governor import parse_networks
+        from app.settings import Settings
+
+        try:
+            _trusted_networks = parse_networks(Settings.from_env().trusted_proxies)
+        except Exception:  # noqa: BLE001 - the server refuses a bad setting at start; here, trust none
+            _trusted_networks = ()
+        _trusted_networks = (_trusted_networks, ipaddress)
+    networks, ipaddress_module = _trusted_networks
+    try:
+        ip = ipaddress_module.ip_address(peer)
+    except ValueError:
+        return False
+    return any(ip in n for n in networks)
+
+
 class HeadersTooLarge(Exception):
     pass
 
@@ -82,10 +109,29 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: Any) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self._peer: str | None = None
+        peer = self.client[0] if self.client else None
+        if peer is not None and not _trusted(peer):
+            # One address holds at most a quarter of the worker's connections (a trusted proxy is exempt: it
+            # limits its clients itself, docs/deployment.md): idle sockets of one client cannot take them all.
+            held = _per_peer.get(peer, 0)
+            if held >= max(8, (self.limit_concurrency or 4 * MAX_CONNECTIONS_PER_PEER) // 4):
+                transport.close()
+                return
+            _per_peer[peer] = held + 1
+            self._peer = peer
         self._arm(HEAD_TIMEOUT_SECONDS)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        peer = getattr(self, "_peer", None)
+        if peer is not None:
+            self._peer = None
+            left = _per_peer.get(peer, 1) - 1
+            if left > 0:
+                _per_peer[peer] = left
+            else:
+                _per_peer.pop(peer, None)
         super().connection_lost(exc)
 
     def _count(self, n: int) -> None:

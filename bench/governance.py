@@ -302,7 +302,10 @@ async def attacks(url: str, top: str, ids: list[str], seconds: float) -> dict:
                         while time.monotonic() < until:
                             while len(held) < 2500 and time.monotonic() < until:
                                 try:
-                                    held.append(await asyncio.open_connection("127.0.0.1", server.port))
+                                    # From an address of its own (not the trusted proxy's): a client on
+                                    # the internet reaching the server directly.
+                                    held.append(await asyncio.open_connection("127.0.0.1", server.port,
+                                                                              local_addr=("127.0.0.2", 0)))
                                 except OSError:
                                     await asyncio.sleep(0.05)
                             await asyncio.sleep(0.2)

@@ -200,8 +200,8 @@ async def test_past_its_connection_limit_a_worker_answers_503_with_retry_after(d
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     held = []
     try:
-        for _ in range(limit):
-            held.append(await asyncio.open_connection("127.0.0.1", small.port))
+        for i in range(limit):  # from several addresses, each within its share of the connections
+            held.append(await asyncio.open_connection("127.0.0.1", small.port, local_addr=(f"127.0.1.{i % 6 + 1}", 0)))
         reader, writer = await asyncio.open_connection("127.0.0.1", small.port)
         writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
         await writer.drain()
@@ -237,3 +237,43 @@ async def test_a_replaced_worker_is_logged_with_why(database_url):
         assert "Started server process" not in two.logs()  # uvicorn's other INFO lines stay out
     finally:
         two.stop()
+
+
+async def test_one_address_cannot_hold_every_connection(database_url):
+    """Idle sockets from one address that is not a trusted proxy hold at most a quarter of a worker's
+    connections: with the descriptors of a small server all but taken from 127.0.0.2, 127.0.0.1 is served."""
+    import resource
+
+    from app.cli import concurrency_limit
+    from app.settings import Settings
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+    try:
+        limit = concurrency_limit(Settings())
+        small = LiveServer(database_url)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    held = []
+    try:
+        for _ in range(limit + 10):
+            held.append(await asyncio.open_connection("127.0.0.1", small.port, local_addr=("127.0.0.2", 0)))
+        await asyncio.sleep(0.5)  # the server has closed those past the address's share
+        open_ones = 0
+        for reader, writer in held:
+            try:
+                gone = await asyncio.wait_for(reader.read(1), 0.05) == b""
+            except asyncio.TimeoutError:
+                gone = False
+            open_ones += not gone
+        assert open_ones <= max(8, limit // 4), (open_ones, limit)
+        reader, writer = await asyncio.open_connection("127.0.0.1", small.port)
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        await writer.drain()
+        status, _ = await read_response(reader)
+        writer.close()
+        assert status == 200
+    finally:
+        for _, w in held:
+            w.close()
+        small.stop()
