@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, StatementLog, drop_database, sample_database, serve
+from tests.test_sources import imported, rw_csv
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -83,6 +84,32 @@ async def test_a_readme_example_answers_something_on_the_bundled_sample(served, 
     assert "errors" not in body, body["errors"]
     empty = empty_parts(body["data"])
     assert bool(empty) is bool(ABOUT_RETRACTIONS.search(query)), (query, empty, body["data"])
+
+
+async def test_the_examples_about_retractions_answer_once_retraction_watch_reports_one(admin_url, tmp_path):
+    """The examples that answer empty on the bundled sample are not empty by their own fault: once a Retraction
+    Watch file reports an expression of concern and a retraction of a work the sample's papers cite, each lists
+    it. The rows are constructed in the published layout, in this test's own database only (no such event of the
+    work is known, and the bundled sample holds none)."""
+    doi = "10.48550/arxiv.2402.15627"  # the work the sample's citing papers cite
+    rows = [{"Title": "MegaScale", "Journal": "arXiv", "RetractionDate": "3/2/2026 0:00", "RetractionDOI": "10.9999/eoc",
+             "OriginalPaperDOI": doi, "RetractionNature": "Expression of concern", "OriginalPaperDate": "2/23/2024 0:00"},
+            {"Title": "MegaScale", "Journal": "arXiv", "RetractionDate": "6/1/2026 0:00", "RetractionDOI": "10.9999/ret",
+             "OriginalPaperDOI": doi, "RetractionNature": "Retraction", "OriginalPaperDate": "2/23/2024 0:00"}]
+    csv_file = tmp_path / "retraction_watch.csv"
+    csv_file.write_text(rw_csv(rows))
+    about = [query for query in QUERIES if ABOUT_RETRACTIONS.search(query)]
+    assert len(about) >= 5, about
+    url = await sample_database(admin_url, "pith_test_readme_retracted")
+    try:
+        imported(url, "retraction-watch", str(csv_file), at="2026-08-10T00:00:00Z")
+        async for served in serve(url, StatementLog()):
+            for query in about:
+                body = await served.graphql(query)
+                assert "errors" not in body, (query, body["errors"])
+                assert not empty_parts(body["data"]), (query, body["data"])
+    finally:
+        await drop_database(admin_url, url)
 
 
 async def test_the_readme_says_which_examples_answer_empty_on_the_sample():
