@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import ipaddress
+import logging
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -33,7 +34,10 @@ from uuid import UUID, uuid4
 
 import asyncpg
 
+from app.db.pool import acquire_timeout
 from app.limits import HEAVY_COST, HEAVY_PER_CLIENT, HEAVY_SLOTS
+
+log = logging.getLogger("pith.governor")
 
 KEY_PREFIX = "pith_"
 KEY_CACHE_SECONDS = 30.0  # a revoked key stops working within this
@@ -211,11 +215,23 @@ class Lease:
     total: int = 0  # claimed by every process, as of this process's last claim
 
 
+# With the database read-only (a standby, default_transaction_read_only = on) claims cannot be
+# written: budgets are then counted in this process alone (each process admits up to the whole
+# budget), and the database is tried again after this long.
+READ_ONLY_RETRY_SECONDS = 30.0
+
+
 class Budgets:
     def __init__(self, pool: Callable[[], asyncpg.Pool | None]) -> None:
         self._pool = pool
         self._leases: dict[str, Lease] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self.local_until = 0.0  # time.monotonic() until which claims are granted in-process
+
+    @property
+    def local(self) -> bool:
+        """Budgets are counted in this process only (the database refused the last claim as read-only)."""
+        return time.monotonic() < self.local_until
 
     @staticmethod
     def window(now: float | None = None) -> int:
@@ -276,11 +292,27 @@ class Budgets:
         pool = self._pool()
         if pool is None:
             raise ConnectionError("the database pool is not open")
+        if self.local:
+            return self._claim_here(client_id, wanted, limit)
         start = datetime.fromtimestamp(window * WINDOW_SECONDS, timezone.utc)
-        async with pool.acquire(timeout=5) as conn:
-            row = await conn.fetchrow("SELECT granted, claimed FROM pith_claim_points($1, $2, $3, $4)",
-                                      client_id, start, wanted, limit)
+        try:
+            async with pool.acquire(timeout=acquire_timeout()) as conn:
+                row = await conn.fetchrow("SELECT granted, claimed FROM pith_claim_points($1, $2, $3, $4)",
+                                          client_id, start, wanted, limit)
+        except asyncpg.ReadOnlySQLTransactionError:
+            if not self.local:
+                log.warning("the database is read-only: budgets are counted in this process only (each process "
+                            "admits up to a whole budget) until it takes writes again")
+            self.local_until = time.monotonic() + READ_ONLY_RETRY_SECONDS
+            return self._claim_here(client_id, wanted, limit)
         return int(row["granted"]), int(row["claimed"])
+
+    def _claim_here(self, client_id: str, wanted: int, limit: int) -> tuple[int, int]:
+        """A claim granted by this process alone: what is left of the budget as this process counts it."""
+        lease = self._leases.get(client_id)
+        claimed = lease.claimed if lease is not None else 0
+        granted = max(0, min(wanted, limit - claimed))
+        return granted, claimed + granted
 
 
 # --- the governor: identify, admit, settle ------------------------------------------------------
@@ -400,7 +432,7 @@ class Governor:
             if pool is None:
                 raise ConnectionError("the database pool is not open")
             started = time.monotonic()
-            async with pool.acquire(timeout=5) as conn:
+            async with pool.acquire(timeout=acquire_timeout()) as conn:
                 rows = await conn.fetch("SELECT secret_sha256, key_id, name, points_per_hour FROM api_keys "
                                         "WHERE revoked_at IS NULL")
             self._key_table = {bytes(r["secret_sha256"]): r for r in rows}

@@ -29,7 +29,7 @@ from strawberry.types.graphql import OperationType
 from app.context import Context
 from app.cost import DataScale
 from app.governor import Client, Governor, parse_networks, rate_limit_headers
-from app.db.pool import Session, StatementTimeout, connect, create_pool
+from app.db.pool import Session, StatementTimeout, acquire_timeout, connect, create_pool
 from app.fastpath import GZIP_LEVEL, GZIP_MINIMUM, PreparedFastPath, PreparedOperations
 from app.cors import Cors
 from app.http import GRAPHQL_PATH, error_response
@@ -50,9 +50,10 @@ access = logging.getLogger("pith.access")
 class RequestIdMiddleware:
     """Give every request an id (or keep a sane X-Request-ID), put it in logs and on the response."""
 
-    def __init__(self, app: ASGIApp, traced: bool = False) -> None:
+    def __init__(self, app: ASGIApp, traced: bool = False, deadline_seconds: float | None = None) -> None:
         self.app = app
         self.traced = traced  # inside OpenTelemetry's server span: its ids go on the access line
+        self.deadline_seconds = deadline_seconds  # PITH_REQUEST_TIMEOUT, from the request's arrival
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -86,6 +87,10 @@ class RequestIdMiddleware:
         started = time.monotonic()
         status = 0
         sent = 0
+        if self.deadline_seconds:
+            from app.db.pool import request_deadline
+
+            request_deadline.set(asyncio.get_running_loop().time() + self.deadline_seconds)
         facts: dict[str, Any] = dict(span_ids)
         facts_token = request_facts.set(facts)
 
@@ -254,6 +259,7 @@ class App:
         self.hub: Hub | None = None
         self.replicas: list[asyncpg.Pool] = []
         self._next_replica = 0
+        self._replica_down: dict[int, float] = {}  # replica index -> time.monotonic() until it is tried again
         self.scale = DataScale()
         self.schema = make_schema(introspection=settings.introspection, production=settings.production,
                                   scale=self.scale, statement_timeout_ms=settings.statement_timeout_ms,
@@ -274,29 +280,66 @@ class App:
                        deadline_seconds=self.settings.request_timeout, **more)
 
     def read_pool(self) -> asyncpg.Pool | None:
-        """The pool a read goes to: a replica when there are any (round robin), else the primary."""
-        if self.replicas:
-            self._next_replica = (self._next_replica + 1) % len(self.replicas)
-            return self.replicas[self._next_replica]
+        """The pool a read goes to: a replica when there are any that are not marked down (round robin),
+        else the primary."""
+        up = [i for i in range(len(self.replicas)) if not self.replica_is_down(i)]
+        if up:
+            self._next_replica = (self._next_replica + 1) % len(up)
+            return self.replicas[up[self._next_replica]]
         return self.pool
 
-    def session(self) -> Session:
-        """A read session: on a replica when there are any (round robin), else on the primary.
+    def replica_is_down(self, index: int) -> bool:
+        return self._replica_down.get(index, 0.0) > time.monotonic()
+
+    def mark_replica_down(self, index: int, reason: str) -> None:
+        """A replica that failed: reads go to the others (or the primary) for REPLICA_RETRY_SECONDS."""
+        if not self.replica_is_down(index):
+            log.warning("replica %d failed (%s): its reads go to %s for %.0f s", index, reason,
+                        "the other replicas" if len(self.replicas) > 1 else "the primary", REPLICA_RETRY_SECONDS)
+        self._replica_down[index] = time.monotonic() + REPLICA_RETRY_SECONDS
+
+    def session(self, primary: bool = False) -> Session:
+        """A read session: on a replica when there are any (round robin), else (or with `primary`) on
+        the primary. A replica that cannot give a connection is marked down and the session takes one
+        from the primary instead: a failed replica costs its share of reads nothing but a retry.
 
         Every statement of one request runs on the one connection of its session, so a record's
         statements all come from one replica and one snapshot.
         """
-        pool = self.read_pool()
+        pool = self.pool if primary else self.read_pool()
         if pool is None:
             raise ConnectionError("the database pool is not open")
+        replica = next((i for i, p in enumerate(self.replicas) if p is pool), None)
+        taken: dict[int, asyncpg.Pool] = {}
+
         async def acquire() -> asyncpg.Connection:
             self.waiting += 1
             try:
-                return await pool.acquire(timeout=5.0)
+                if replica is not None:
+                    try:
+                        conn = await pool.acquire(timeout=min(REPLICA_ACQUIRE_SECONDS, acquire_timeout()))
+                        taken[id(conn)] = pool
+                        return conn
+                    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError,
+                            TimeoutError) as exc:
+                        from app.db.pool import DeadlinePassed
+
+                        if isinstance(exc, DeadlinePassed) or self.pool is None:
+                            raise
+                        self.mark_replica_down(replica, type(exc).__name__)
+                primary_pool = self.pool
+                if primary_pool is None:
+                    raise ConnectionError("the database pool is not open")
+                conn = await primary_pool.acquire(timeout=acquire_timeout())
+                taken[id(conn)] = primary_pool
+                return conn
             finally:
                 self.waiting -= 1
 
-        return Session(acquire, pool.release, self.settings.statement_timeout_ms)
+        async def release(conn: asyncpg.Connection) -> None:
+            await taken.pop(id(conn), pool).release(conn)
+
+        return Session(acquire, release, self.settings.statement_timeout_ms)
 
     # --- GraphQL -----------------------------------------------------------------------------------
 
@@ -486,7 +529,7 @@ class App:
     async def data_version(self) -> int:
         if self.pool is None:
             raise ConnectionError("the database pool is not open")
-        async with self.pool.acquire(timeout=5) as conn:
+        async with self.pool.acquire(timeout=acquire_timeout()) as conn:
             return await conn.fetchval("SELECT version FROM data_version")
 
     # --- health ------------------------------------------------------------------------------------
@@ -517,7 +560,14 @@ class App:
     async def sample(self) -> None:
         """This process's gauges, every second: the pools and the subscriptions (no statement: the change
         listener reads the import counter, app.live)."""
+        beat = 0
         while True:
+            if self.replicas and beat % 5 == 0:
+                try:
+                    await self.replica_states()  # their lag, and any that went down
+                except Exception as exc:  # noqa: BLE001
+                    log.debug("replica states not read: %s", type(exc).__name__)
+            beat += 1
             metrics.sample_pool([self.pool, *self.replicas], self.waiting)
             metrics.SUBSCRIPTIONS.set(self.hub.count if self.hub else 0)
             metrics.CHANGE_LAG.set(self.hub.lag_seconds() if self.hub else 0.0)
@@ -535,6 +585,7 @@ class App:
                 raise ConnectionError("pool not open")
             async with self.pool.acquire(timeout=2) as conn:
                 missing = await conn.fetch("SELECT 1") and await pending(conn)
+                read_only = await conn.fetchval("SELECT current_setting('transaction_read_only') = 'on'")
         except Exception as exc:  # noqa: BLE001 - readiness reports any failure
             return JSONResponse({"status": "unavailable", "database": "unreachable",
                                  "detail": type(exc).__name__}, status_code=503,
@@ -542,26 +593,52 @@ class App:
         if missing:
             return JSONResponse({"status": "unavailable", "database": "reachable",
                                  "pending_migrations": missing}, status_code=503)
-        replicas = []
-        for i, pool in enumerate(self.replicas):
-            try:
-                async with pool.acquire(timeout=2) as conn:
-                    lag = await conn.fetchval(
-                        "SELECT extract(epoch FROM now() - pg_last_xact_replay_timestamp())::float8")
-                replicas.append({"replica": i, "reachable": True, "replay_lag_seconds": lag})
-            except Exception as exc:  # noqa: BLE001
-                replicas.append({"replica": i, "reachable": False, "detail": type(exc).__name__})
-        if replicas and not any(r["reachable"] for r in replicas):
-            return JSONResponse({"status": "unavailable", "database": "reachable", "replicas": replicas},
-                                status_code=503, headers={"Retry-After": RETRY_AFTER_SECONDS})
+        replicas = await self.replica_states()
+        degraded = []
+        for r in replicas:
+            if not r["reachable"]:
+                degraded.append(f"replica {r['replica']} is unreachable: its reads go to "
+                                + ("the other replicas" if any(x["reachable"] for x in replicas) else "the primary"))
+        if read_only:
+            degraded.append("the database is read-only: reads are served, imports and key changes fail, and "
+                            "budgets are counted in each process alone")
+        elif self.governor.budgets.local:
+            degraded.append("budgets are counted in each process alone (the database refused a claim as read-only)")
+        if self.hub is not None and not self.hub.listening:
+            degraded.append("the change listener is reconnecting: live events arrive once it is back")
+        status = "degraded" if degraded else "ready"
+        database = "read-only" if read_only else "reachable"
         if self.settings.production and not self.operator(request):  # the figures are for operators
-            return JSONResponse({"status": "ready", "database": "reachable"})
-        return JSONResponse({"status": "ready", "database": "reachable", "pending_migrations": [],
+            return JSONResponse({"status": status, "database": database})
+        return JSONResponse({"status": status, "database": database, "degraded": degraded, "pending_migrations": [],
                              "replicas": replicas, "pool": pool_figures(self.pool),
+                             "budgets": "in-process" if read_only or self.governor.budgets.local else "shared",
                              "prepared": {"documents": len(self.prepared.table),
                                           "answered": self.prepared.answered},
                              "live": {"subscribers": self.hub.count if self.hub else 0,
                                       "position": self.hub.position if self.hub else None}})
+
+    async def replica_states(self) -> list[dict[str, Any]]:
+        """Each replica: reachable, and how far its replay is behind (seconds since the last replayed
+        commit; 0 when it has replayed all the primary sent), also the lag metric."""
+        states = []
+        for i, pool in enumerate(self.replicas):
+            try:
+                async with pool.acquire(timeout=2) as conn:
+                    lag = await conn.fetchval(REPLICA_LAG)
+                states.append({"replica": i, "reachable": True, "replay_lag_seconds": lag})
+                metrics.REPLICA_LAG.labels(str(i)).set(lag or 0.0)
+            except Exception as exc:  # noqa: BLE001 - any failure: the replica is down for now
+                self.mark_replica_down(i, type(exc).__name__)
+                states.append({"replica": i, "reachable": False, "detail": type(exc).__name__})
+                metrics.REPLICA_LAG.labels(str(i)).set(float("nan"))
+        return states
+
+
+# How far a standby's replay is behind: 0 when it has replayed everything it received, else the age
+# of the last commit it replayed.
+REPLICA_LAG = """SELECT CASE WHEN pg_last_wal_receive_lsn() IS NOT DISTINCT FROM pg_last_wal_replay_lsn() THEN 0
+                   ELSE extract(epoch FROM now() - pg_last_xact_replay_timestamp()) END::float8"""
 
 
 def create_app(settings: Settings | None = None, dsn: str | None = None, *,
@@ -632,7 +709,8 @@ def create_app(settings: Settings | None = None, dsn: str | None = None, *,
         Route("/readyz", state.readyz),
         *web_routes.routes(state),
     ]
-    middleware = [Middleware(RequestIdMiddleware, traced=tracer_provider is not None)]
+    middleware = [Middleware(RequestIdMiddleware, traced=tracer_provider is not None,
+                             deadline_seconds=settings.request_timeout)]
     if tracer_provider is not None:  # the request's server span encloses everything else
         from app.tracing import tracing_middleware
 
@@ -723,7 +801,9 @@ class LiveGraphQL(StrawberryGraphQL):
                 raise _Refused(401, str(exc)) from None
         # The connection's context: each operation runs in a copy of its own, with its own session
         # (app.pipeline.OperationSession), opened when it starts and closed when it ends.
-        return self.state.context(client, hub=self.state.hub, per_connection=True)
+        # Live operations read on the primary: the change log is appended there, and an event's row may
+        # not be replayed on a replica yet when its notification arrives.
+        return self.state.context(client, hub=self.state.hub, per_connection=True, app=PrimaryReads(self.state))
 
     async def reject_websocket(self, request: Any) -> Any:
         """A page on an origin not allowed: accepted only to close with a reason the page can read (a
@@ -786,6 +866,19 @@ class LiveGraphQL(StrawberryGraphQL):
                 self.connections[client.id] = left
             else:
                 self.connections.pop(client.id, None)
+
+
+class PrimaryReads:
+    """The application state, its sessions taken on the primary (for live operations)."""
+
+    def __init__(self, state: App) -> None:
+        self._state = state
+
+    def session(self, primary: bool = True) -> Session:
+        return self._state.session(primary=True)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._state, name)
 
 
 class _Refused(Exception):
@@ -851,6 +944,8 @@ async def _buffered(receive: Receive) -> tuple[bytes, Receive]:
 
 POOL_CLOSE_SECONDS = 3.0
 DEADLINE_MARGIN = 0.5  # past its deadline, a request still waiting for anything is answered 504
+REPLICA_RETRY_SECONDS = 10.0  # a failed replica gets no reads for this long, then is tried again
+REPLICA_ACQUIRE_SECONDS = 1.0  # a replica that gives no connection in this long is taken for down
 
 
 async def close_pool(pool: asyncpg.Pool) -> None:

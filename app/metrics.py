@@ -56,6 +56,9 @@ CHANGE_LAG = Gauge("pith_change_log_lag_seconds", "Seconds from an import's chan
 IMPORTS = Gauge("pith_imports", "The database's data version: every import that commits adds one (it never "
                 "goes down: read it with `pith_imports - pith_imports offset 1h`, or changes()).",
                 multiprocess_mode="livemax")
+REPLICA_LAG = Gauge("pith_db_replica_lag_seconds", "How far each read replica's replay is behind the primary "
+                    "(0: it replayed all it received; NaN: unreachable), by replica (its index in "
+                    "DATABASE_REPLICA_URLS).", ["replica"], multiprocess_mode="livemax")
 OPERATION_DURATION = Histogram("pith_graphql_operation_duration_seconds", "Time from an operation's start to its "
                                "result, by operation name (as pith_graphql_operations_total labels it).",
                                ["operation"], buckets=(0.005, 0.025, 0.1, 0.5, 1, 2.5, 10))

@@ -23,6 +23,7 @@ from typing import Any
 
 import asyncpg
 
+from app.db.pool import ACQUIRE_SECONDS, acquire_timeout
 from app.limits import PERSISTED_MAX_STORED as MAX_STORED
 from app.limits import PERSISTED_REGISTRATIONS_PER_MINUTE
 
@@ -96,7 +97,7 @@ class PersistedDocuments:
             return self._seen[sha]
         if pool is None:
             return None
-        async with pool.acquire(timeout=5) as conn:
+        async with pool.acquire(timeout=acquire_timeout()) as conn:
             document = await conn.fetchval("SELECT document FROM persisted_queries WHERE sha256 = $1", sha)
         if document is not None:
             self._remember(sha, document)
@@ -128,8 +129,13 @@ class PersistedDocuments:
         if client is not None and not self._rate.take(client.id):
             self.refused += 1
             return
-        async with pool.acquire(timeout=5) as conn:
-            await conn.execute(REGISTER, sha, document, MAX_STORED)
+        try:
+            async with pool.acquire(timeout=acquire_timeout()) as conn:
+                await conn.execute(REGISTER, sha, document, MAX_STORED)
+        except asyncpg.ReadOnlySQLTransactionError:
+            # A read-only database (a standby, default_transaction_read_only): this process keeps the
+            # document, so the hash alone works here; the others learn it when it is sent again.
+            log.warning("persisted query kept in this process only: the database is read-only")
         self._remember(sha, document)
 
     def touch(self, pool: asyncpg.Pool | None, sha: str) -> None:
@@ -143,7 +149,7 @@ class PersistedDocuments:
 
         async def write() -> None:
             try:
-                async with pool.acquire(timeout=5) as conn:
+                async with pool.acquire(timeout=ACQUIRE_SECONDS) as conn:
                     await conn.execute("UPDATE persisted_queries SET last_used = now() WHERE sha256 = $1", sha)
             except Exception as exc:  # noqa: BLE001 - a missed refresh only ages the document
                 log.warning("could not refresh a persisted query's last use: %s", type(exc).__name__)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from typing import Any, Awaitable, Callable, Final, Sequence
 
 import asyncpg
@@ -43,6 +44,31 @@ async def connect(dsn: str, **options: Any) -> asyncpg.Connection:
     prepared statements (PITH_DB_PREPARED_STATEMENTS)."""
     options.setdefault("statement_cache_size", 100 if Settings.from_env().prepared_statements else 0)
     return await asyncpg.connect(dsn, **options)
+
+
+# Waiting for a pool connection: at most this long, and never past the request's deadline.
+ACQUIRE_SECONDS: Final = 5.0
+# The event loop's time when the current request's deadline passes (set as it arrives, and as an
+# operation's deadline starts: app.main.RequestIdMiddleware, app.context.Context); None: no deadline.
+request_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("request_deadline", default=None)
+
+
+class DeadlinePassed(TimeoutError):
+    """The request's deadline passed before a database connection was free."""
+
+
+def acquire_timeout(bound: float | None = None) -> float:
+    """How long the current request may wait for a pool connection: `bound`, or what is left of its
+    deadline when that is less (every wait for a connection asks here: requests, budgets, keys, APQ),
+    so a request waiting on the pool gives up by its deadline instead of after it."""
+    bound = ACQUIRE_SECONDS if bound is None else bound
+    deadline = request_deadline.get()
+    if deadline is None:
+        return bound
+    left = deadline - asyncio.get_running_loop().time()
+    if left <= 0:
+        raise DeadlinePassed("the request's deadline passed while it waited for a database connection")
+    return min(bound, left)
 
 
 class StatementTimeout(Exception):
