@@ -34,7 +34,7 @@ from uuid import UUID, uuid4
 
 import asyncpg
 
-from app.db.pool import acquire_timeout
+from app.db.pool import connection
 from app.limits import HEAVY_COST, HEAVY_PER_CLIENT, HEAVY_SLOTS
 
 log = logging.getLogger("pith.governor")
@@ -296,7 +296,7 @@ class Budgets:
             return self._claim_here(client_id, wanted, limit)
         start = datetime.fromtimestamp(window * WINDOW_SECONDS, timezone.utc)
         try:
-            async with pool.acquire(timeout=acquire_timeout()) as conn:
+            async with connection(pool) as conn:
                 row = await conn.fetchrow("SELECT granted, claimed FROM pith_claim_points($1, $2, $3, $4)",
                                           client_id, start, wanted, limit)
         except asyncpg.ReadOnlySQLTransactionError:
@@ -432,7 +432,7 @@ class Governor:
             if pool is None:
                 raise ConnectionError("the database pool is not open")
             started = time.monotonic()
-            async with pool.acquire(timeout=acquire_timeout()) as conn:
+            async with connection(pool) as conn:
                 rows = await conn.fetch("SELECT secret_sha256, key_id, name, points_per_hour FROM api_keys "
                                         "WHERE revoked_at IS NULL")
             self._key_table = {bytes(r["secret_sha256"]): r for r in rows}

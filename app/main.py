@@ -29,7 +29,8 @@ from strawberry.types.graphql import OperationType
 from app.context import Context
 from app.cost import DataScale
 from app.governor import Client, Governor, parse_networks, rate_limit_headers
-from app.db.pool import Session, StatementTimeout, acquire_timeout, connect, create_pool
+from app.db.pool import (DeadlinePassed, Session, StatementTimeout, acquire_by_deadline, connect, connection,
+                         create_pool)
 from app.fastpath import GZIP_LEVEL, GZIP_MINIMUM, PreparedFastPath, PreparedOperations
 from app.cors import Cors
 from app.http import GRAPHQL_PATH, error_response
@@ -317,20 +318,18 @@ class App:
             try:
                 if replica is not None:
                     try:
-                        conn = await pool.acquire(timeout=min(REPLICA_ACQUIRE_SECONDS, acquire_timeout()))
+                        conn = await acquire_by_deadline(pool, REPLICA_ACQUIRE_SECONDS)
                         taken[id(conn)] = pool
                         return conn
                     except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError,
                             TimeoutError) as exc:
-                        from app.db.pool import DeadlinePassed
-
-                        if isinstance(exc, DeadlinePassed) or self.pool is None:
+                        if self.pool is None:
                             raise
                         self.mark_replica_down(replica, type(exc).__name__)
                 primary_pool = self.pool
                 if primary_pool is None:
                     raise ConnectionError("the database pool is not open")
-                conn = await primary_pool.acquire(timeout=acquire_timeout())
+                conn = await acquire_by_deadline(primary_pool)
                 taken[id(conn)] = primary_pool
                 return conn
             finally:
@@ -529,7 +528,7 @@ class App:
     async def data_version(self) -> int:
         if self.pool is None:
             raise ConnectionError("the database pool is not open")
-        async with self.pool.acquire(timeout=acquire_timeout()) as conn:
+        async with connection(self.pool) as conn:
             return await conn.fetchval("SELECT version FROM data_version")
 
     # --- health ------------------------------------------------------------------------------------
@@ -725,7 +724,7 @@ def create_app(settings: Settings | None = None, dsn: str | None = None, *,
     ]
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan,
                     exception_handlers={Exception: _unhandled, 404: web_routes.not_found, 405: web_routes.not_found,
-                                        asyncpg.QueryCanceledError: _unavailable,
+                                        asyncpg.QueryCanceledError: _unavailable, DeadlinePassed: _deadline_passed,
                                         asyncpg.PostgresError: _unavailable, StatementTimeout: _unavailable,
                                         **{e: _unavailable for e in UNAVAILABLE}})
     app.state.pith = state
@@ -961,6 +960,16 @@ async def _unavailable(request: Request, exc: Exception) -> Response:
     log.warning("database unavailable: %s", type(exc).__name__)
     metrics.refused_unavailable()
     return error_response(503, "the database is unavailable; retry shortly", request.url.path)
+
+
+async def _deadline_passed(request: Request, exc: Exception) -> Response:
+    """A request whose deadline passed while it waited for a connection (before its operation began)."""
+    from app import http
+    from app.errors import deadline_error
+
+    seconds = request.app.state.pith.settings.request_timeout or 0
+    return http.transport_error(504, deadline_error(seconds).message, "TIMEOUT",
+                                http.response_media_type(request.headers.get("accept")))
 
 
 async def _unhandled(request: Request, exc: Exception) -> Response:

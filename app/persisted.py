@@ -23,7 +23,7 @@ from typing import Any
 
 import asyncpg
 
-from app.db.pool import ACQUIRE_SECONDS, acquire_timeout
+from app.db.pool import ACQUIRE_SECONDS, connection
 from app.limits import PERSISTED_MAX_STORED as MAX_STORED
 from app.limits import PERSISTED_REGISTRATIONS_PER_MINUTE
 
@@ -97,7 +97,7 @@ class PersistedDocuments:
             return self._seen[sha]
         if pool is None:
             return None
-        async with pool.acquire(timeout=acquire_timeout()) as conn:
+        async with connection(pool) as conn:
             document = await conn.fetchval("SELECT document FROM persisted_queries WHERE sha256 = $1", sha)
         if document is not None:
             self._remember(sha, document)
@@ -130,7 +130,7 @@ class PersistedDocuments:
             self.refused += 1
             return
         try:
-            async with pool.acquire(timeout=acquire_timeout()) as conn:
+            async with connection(pool) as conn:
                 await conn.execute(REGISTER, sha, document, MAX_STORED)
         except asyncpg.ReadOnlySQLTransactionError:
             # A read-only database (a standby, default_transaction_read_only): this process keeps the

@@ -17,7 +17,7 @@ from graphql import GraphQLError
 from strawberry.extensions import MaskErrors, SchemaExtension
 from strawberry.types import ExecutionResult
 
-from app.db.pool import StatementTimeout
+from app.db.pool import DeadlinePassed, StatementTimeout
 from app.cost import (DataScale, PaperSize, Price, _parsed, _plan, _validated, actual_units, by_identity,
                       operation_price, paper_sizes, priced_papers, refusal)
 from app.errors import OperationError, deadline_error
@@ -199,6 +199,10 @@ def masked(error: GraphQLError, statement_timeout_ms: int, production: bool = Fa
                             "over WebSocket (graphql-transport-ws, graphql-ws) or HTTP streams (SSE, multipart)")
             return GraphQLError(message, nodes=error.nodes, source=error.source, positions=error.positions,
                                 path=error.path, extensions={"code": code, "requestId": rid})
+        if isinstance(original, DeadlinePassed):  # the wait for a connection ended by the deadline
+            return GraphQLError(f"{original}; the operation was stopped at its deadline: retry, or ask for less",
+                                nodes=error.nodes, source=error.source, positions=error.positions,
+                                path=error.path, extensions={"code": "TIMEOUT", "requestId": rid})
         if isinstance(original, STATEMENT_TIMEOUTS):
             message = (f"the query ran longer than the {statement_timeout_ms} ms statement timeout; ask for less "
                        "(smaller first, perPaper or depth) or retry")

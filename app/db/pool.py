@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
-from typing import Any, Awaitable, Callable, Final, Sequence
+from typing import Any, AsyncIterator, Awaitable, Callable, Final, Sequence
 
 import asyncpg
 
@@ -53,8 +54,8 @@ ACQUIRE_SECONDS: Final = 5.0
 request_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("request_deadline", default=None)
 
 
-class DeadlinePassed(TimeoutError):
-    """The request's deadline passed before a database connection was free."""
+class DeadlinePassed(Exception):
+    """The request's deadline passed before a database connection was free (answered TIMEOUT, 504)."""
 
 
 def acquire_timeout(bound: float | None = None) -> float:
@@ -69,6 +70,29 @@ def acquire_timeout(bound: float | None = None) -> float:
     if left <= 0:
         raise DeadlinePassed("the request's deadline passed while it waited for a database connection")
     return min(bound, left)
+
+
+async def acquire_by_deadline(pool: asyncpg.Pool, bound: float | None = None) -> asyncpg.Connection:
+    """A connection of the pool, waited for as acquire_timeout says: DeadlinePassed when the request's
+    deadline ends the wait, asyncpg's TimeoutError when the pool's own bound does."""
+    bound = ACQUIRE_SECONDS if bound is None else bound
+    wait = acquire_timeout(bound)
+    try:
+        return await pool.acquire(timeout=wait)
+    except TimeoutError:
+        if wait < bound:
+            raise DeadlinePassed("the request's deadline passed while it waited for a database connection") from None
+        raise
+
+
+@contextlib.asynccontextmanager
+async def connection(pool: asyncpg.Pool, bound: float | None = None) -> AsyncIterator[asyncpg.Connection]:
+    """`async with connection(pool) as conn`: pool.acquire() with the request's deadline (acquire_by_deadline)."""
+    conn = await acquire_by_deadline(pool, bound)
+    try:
+        yield conn
+    finally:
+        await pool.release(conn)
 
 
 class StatementTimeout(Exception):
