@@ -214,8 +214,12 @@ class BodyLimitAndCancelOnDisconnect:
             await gone.wait()
             return {"type": "http.disconnect"}
 
+        started = False  # the response's start went out
+
         async def send_tracked(message: dict) -> None:
-            nonlocal finished
+            nonlocal finished, started
+            if message["type"] == "http.response.start":
+                started = True
             await send(message)
             if message["type"] == "http.response.body" and not message.get("more_body", False):
                 finished = True
@@ -225,11 +229,17 @@ class BodyLimitAndCancelOnDisconnect:
         try:
             done, _ = await asyncio.wait({handler, watcher}, return_when=asyncio.FIRST_COMPLETED)
         except BaseException:
-            # This request is being cancelled (the server is shutting down): so is its handler, and
-            # its cleanup (rollback, release) finishes before we go.
+            # This request is being cancelled (the server is shutting down past its grace): so is its
+            # handler, and its cleanup (rollback, release) finishes before we go. Unanswered, it is told
+            # so in JSON, as every other answer (uvicorn would send a plain-text 500).
             watcher.cancel()
             handler.cancel()
             await asyncio.wait({handler})
+            if not started:
+                with contextlib.suppress(Exception):
+                    response = error_response(503, "the server is shutting down and stopped this request before "
+                                                   "it was answered; retry (another server answers)", scope.get("path"))
+                    await response(scope, replay, send_tracked)
             raise
         if handler in done:
             watcher.cancel()
