@@ -78,7 +78,7 @@ def test_the_repository_holds_what_its_tests_and_docs_need():
     assert "docs/citation-record-v1.md" in files
     assert not [f for f in files if f.startswith((".schemathesis/", ".hypothesis/", "tests/artifacts/"))]
     beside = "../" + "shared"  # spelled apart: this guard is not itself a read outside the repository
-    outside = subprocess.run(["git", "grep", "-n", "-e", beside, "--", "tests", "app", "loaders", "bench",
+    outside = subprocess.run(["git", "grep", "-n", "-F", "-e", beside, "--", "tests", "app", "loaders", "bench",
                               "examples", "README.md", "docs", ":(exclude)tests/test_newcomer.py"], cwd=ROOT, capture_output=True, text=True)
     assert outside.stdout == "", outside.stdout
 
