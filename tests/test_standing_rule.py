@@ -185,13 +185,17 @@ async def test_per_edge_every_reader_agrees_once_the_store_keeps_the_rule(admin_
         await conn.execute("CREATE TABLE work_event_ends (work_id uuid, source text, event_type text, "
                            "observed_at timestamptz, ended_at timestamptz)")
         await conn.execute("CREATE TABLE paper_observation_counts (arxiv_id text, inbound bigint, outbound bigint)")
+        # And a source's yearly counts of a paper, which a record's history reads (migration 0018).
+        await conn.execute("CREATE TABLE external_measurement_years (arxiv_id text, source text, "
+                           "observed_at timestamptz, year integer, count integer)")
         await conn.close()
         before = await disagreements(url, papers, at)
         assert before, "the readers disagree on a store without the rule"
 
         conn = await asyncpg.connect(url)
         try:
-            await conn.execute("DROP TABLE work_event_ends; DROP TABLE paper_observation_counts")
+            await conn.execute("DROP TABLE work_event_ends; DROP TABLE paper_observation_counts; "
+                               "DROP TABLE external_measurement_years")
             notes: list[str] = []
             applied = await migrate(conn, notes)
             assert applied[0] == "0009_standing_rule"
