@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import re
 
+import httpx
 import pytest
 
-from tests.conftest import ROOT, StatementLog, drop_database, sample_database, serve
-from tests.test_sources import imported, rw_csv
+from tests.conftest import ROOT, LiveServer, StatementLog, drop_database, sample_database, serve
+from tests.test_sources import imported, pith, rw_csv
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -92,10 +95,11 @@ async def test_the_examples_about_retractions_answer_once_retraction_watch_repor
     it. The rows are constructed in the published layout, in this test's own database only (no such event of the
     work is known, and the bundled sample holds none)."""
     doi = "10.48550/arxiv.2402.15627"  # the work the sample's citing papers cite
-    rows = [{"Title": "MegaScale", "Journal": "arXiv", "RetractionDate": "3/2/2026 0:00", "RetractionDOI": "10.9999/eoc",
-             "OriginalPaperDOI": doi, "RetractionNature": "Expression of concern", "OriginalPaperDate": "2/23/2024 0:00"},
-            {"Title": "MegaScale", "Journal": "arXiv", "RetractionDate": "6/1/2026 0:00", "RetractionDOI": "10.9999/ret",
-             "OriginalPaperDOI": doi, "RetractionNature": "Retraction", "OriginalPaperDate": "2/23/2024 0:00"}]
+    row = {"Title": "MegaScale", "Journal": "arXiv", "OriginalPaperDOI": doi, "OriginalPaperDate": "2/23/2024 0:00"}
+    rows = [{**row, "RetractionDate": "3/2/2026 0:00", "RetractionDOI": "10.9999/eoc",
+             "RetractionNature": "Expression of concern"},
+            {**row, "RetractionDate": "6/1/2026 0:00", "RetractionDOI": "10.9999/ret",
+             "RetractionNature": "Retraction"}]
     csv_file = tmp_path / "retraction_watch.csv"
     csv_file.write_text(rw_csv(rows))
     about = [query for query in QUERIES if ABOUT_RETRACTIONS.search(query)]
@@ -109,6 +113,47 @@ async def test_the_examples_about_retractions_answer_once_retraction_watch_repor
                 assert "errors" not in body, (query, body["errors"])
                 assert not empty_parts(body["data"]), (query, body["data"])
     finally:
+        await drop_database(admin_url, url)
+
+
+async def test_the_readmes_curl_subscription_receives_the_citation_sample_citation_makes(admin_url):
+    """The Live section's curl (SSE), sent as written, then `pith-graph sample-citation`, as the README says to
+    see an event on the bundled sample: the event arrives with its edge and the connection's new total."""
+    live_section = (ROOT / "README.md").read_text().split("## Live: subscriptions", 1)[1]
+    curl = re.search(r"curl -N localhost:8000/graphql (.*?) \\\n\s*-d '(.*?)'\n", live_section, flags=re.S)
+    assert curl and "accept: text/event-stream" in curl.group(1), live_section[:2000]
+    assert "citationAdded" in curl.group(2), f"sample-citation makes a citationAdded event, not {curl.group(2)}"
+    url = await sample_database(admin_url, "pith_test_readme_live")
+    server = LiveServer(url)
+    try:
+        async with httpx.AsyncClient(base_url=server.base, timeout=60) as client:
+            query = '{ paper(arxivId: "2402.15627") { inbound { totalCount } } }'
+            read = await client.post("/graphql", json={"query": query})
+            total = read.json()["data"]["paper"]["inbound"]["totalCount"]
+            headers = {"accept": "text/event-stream", "content-type": "application/json"}
+            async with client.stream("POST", "/graphql", content=curl.group(2), headers=headers) as stream:
+                assert stream.status_code == 200, await stream.aread()
+                # The curl has no `after`: wait until the server holds the subscription, or the event is missed.
+                for _ in range(600):
+                    if "\npith_subscriptions 1.0" in (await client.get("/metrics")).text:
+                        break
+                    await asyncio.sleep(0.1)
+                made = await asyncio.to_thread(pith, "sample-citation", url=url)
+                assert made.returncode == 0, made.stderr
+
+                async def first_event() -> dict:
+                    async for line in stream.aiter_lines():
+                        if line.startswith("data: {"):
+                            return json.loads(line[len("data: "):])
+                    raise AssertionError("the stream ended without an event")
+
+                event = await asyncio.wait_for(first_event(), 120)  # a bound, not a timing: a missed one hangs
+        assert "errors" not in event, event
+        added = event["data"]["citationAdded"]
+        assert added["totalCount"] == total + 1 and added["cursor"] and added["edge"]["cursor"], added
+        assert added["edge"]["node"]["citingPaper"]["arxivId"] in made.stdout.decode(), (added, made.stdout)
+    finally:
+        server.stop()
         await drop_database(admin_url, url)
 
 
