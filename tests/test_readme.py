@@ -72,18 +72,39 @@ async def test_the_readme_has_examples():
     assert len(QUERIES) >= 12
 
 
-@pytest.mark.parametrize("query", [q for q in QUERIES if "<" not in q], ids=lambda q: q.split("(")[0][2:30])
+PLACEHOLDERS = {  # what a reader pastes in: the values the examples before them answer
+    "<endCursor>": ('{ paper(arxivId: "2402.15627") { inbound(first: 5) { pageInfo { endCursor } } } }',
+                    ("paper", "inbound", "pageInfo", "endCursor")),
+    "<startCursor>": ('{ paper(arxivId: "2402.15627") { inbound(last: 5) { pageInfo { startCursor } } } }',
+                      ("paper", "inbound", "pageInfo", "startCursor")),
+    "<id>": ('{ paper(arxivId: "2402.15627") { id } }', ("paper", "id")),
+}
+
+
+async def filled(served, query: str) -> str:
+    """The example with its placeholders replaced as a reader would (every placeholder must be known)."""
+    for placeholder, (source, path) in PLACEHOLDERS.items():
+        if placeholder in query:
+            value = (await served.graphql(source))["data"]
+            for key in path:
+                value = value[key]
+            query = query.replace(placeholder, value)
+    assert not re.search(r"<[A-Za-z]+>", query), query
+    return query
+
+
+@pytest.mark.parametrize("query", QUERIES, ids=lambda q: q.split("(")[0][2:30])
 async def test_a_readme_example_answers_without_errors(served, query):
-    body = await served.graphql(query)
+    body = await served.graphql(await filled(served, query))
     assert "errors" not in body, body["errors"]
     assert any(value is not None for value in body["data"].values()), body["data"]
 
 
-@pytest.mark.parametrize(("comment", "query"), [e for e in EXAMPLES if "<" not in e[1]],
+@pytest.mark.parametrize(("comment", "query"), EXAMPLES,
                          ids=lambda e: e.split("(")[0][2:30] if e.startswith(("{", "query")) else "")
 async def test_a_readme_example_answers_something_on_the_bundled_sample(served, comment, query):
     """Not an empty answer (a null paper, an empty list), except where the README says so, and why."""
-    body = await served.graphql(query)
+    body = await served.graphql(await filled(served, query))
     assert "errors" not in body, body["errors"]
     empty = empty_parts(body["data"])
     assert bool(empty) is bool(ABOUT_RETRACTIONS.search(query)), (query, empty, body["data"])
