@@ -110,6 +110,27 @@ def test_simple_cross_origin_answers_expose_what_clients_read(app_server):
 
 
 @asyncio
+async def test_a_star_allows_every_origin_over_http_and_websocket(database_url):
+    server = LiveServer(database_url, env={"PITH_CORS_ORIGINS": "*"})
+    try:
+        anywhere = "http://anywhere.example:8080"
+        async with httpx.AsyncClient(base_url=server.base) as client:
+            preflight = await client.options("/graphql", headers={
+                "origin": anywhere, "access-control-request-method": "POST",
+                "access-control-request-headers": "content-type"})
+            answer = await client.post("/graphql", json={"query": QUERY}, headers={"origin": anywhere})
+        assert preflight.status_code == 200 and preflight.headers["access-control-allow-origin"] == "*"
+        assert answer.status_code == 200 and answer.headers["access-control-allow-origin"] == "*"
+        url = server.base.replace("http://", "ws://") + "/graphql"
+        async with websockets.connect(url, subprotocols=["graphql-transport-ws"], origin=anywhere) as ws:
+            await ws.send(json.dumps({"type": "connection_init"}))
+            assert json.loads(await ws.recv()) == {"type": "connection_ack"}
+    finally:
+        server.stop()
+    assert "Traceback" not in server.logs() and " ERROR " not in server.logs(), server.logs()
+
+
+@asyncio
 async def test_a_cross_origin_websocket_is_closed_with_a_reason(live):
     url = live.base.replace("http://", "ws://") + "/graphql"
     async with websockets.connect(url, subprotocols=["graphql-transport-ws"], origin="http://elsewhere.example") as ws:
