@@ -38,10 +38,10 @@ class Context:
         """The deadline from now (an operation, or a subscription's event, starting)."""
         if self.deadline_seconds is not None:
             self.deadline_at = asyncio.get_running_loop().time() + self.deadline_seconds
-            from app.db.pool import request_deadline
+            if not self.per_connection:  # an operation's (or event's) deadline bounds its pool waits
+                from app.db.pool import request_deadline
 
-            given = request_deadline.get()  # a request's own (from its arrival) comes first
-            request_deadline.set(self.deadline_at if given is None else min(given, self.deadline_at))
+                request_deadline.set(self.deadline_at)
 
     def remaining(self) -> float | None:
         """Seconds until the deadline (None: no deadline)."""

@@ -101,3 +101,27 @@ async def test_acquire_timeout_is_the_bound_or_what_is_left_of_the_deadline():
             pool_module.acquire_timeout()
     finally:
         pool_module.request_deadline.reset(token)
+
+
+async def test_a_subscription_resolves_events_long_after_its_first_deadline(seeded):
+    """Each event gets a deadline (and pool-wait bound) of its own, not the subscription's first one."""
+    import json
+
+    from tests.conftest import AUG9
+    from tests.test_live import CITATIONS, PAPER, Subscription, new_inbound_ids
+
+    server = LiveServer(seeded, env={"PITH_REQUEST_TIMEOUT": "1"})
+    try:
+        sub = await Subscription(server.base, CITATIONS, {"id": PAPER}).start()
+        await asyncio.sleep(2.5)  # past the deadline the subscription started with
+        conn = await asyncpg.connect(seeded)
+        try:
+            await load_file(conn, str(AUG9))
+        finally:
+            await conn.close()
+        expected = len(new_inbound_ids())
+        await sub.wait_for(expected, timeout=30)
+        assert len(sub.events) == expected and not sub.errors, (len(sub.events), json.dumps(sub.errors)[:500])
+        await sub.close()
+    finally:
+        server.stop()
