@@ -778,7 +778,9 @@ _RUN_STATEMENTS = (
     CREATE TEMP TABLE run_reports (work_id uuid, at timestamptz, n bigint, event_type text, reported_at timestamptz,
                                    notice_doi text) ON COMMIT DROP;
     CREATE TEMP TABLE run_runs (work_id uuid, event_type text, started timestamptz, reported_at timestamptz,
-                                notice_doi text, ended_at timestamptz) ON COMMIT DROP""",
+                                notice_doi text, ended_at timestamptz) ON COMMIT DROP;
+    CREATE INDEX ON stage_work_events (work_id, event_type);
+    ANALYZE stage_work_events""",
     # The new check is the latest of the source for most works (a monthly refresh in date order): their runs
     # continue, end, or begin at it, decided against the events standing just before. Those this check no
     # longer reports end at it.
@@ -792,8 +794,9 @@ _RUN_STATEMENTS = (
                       AND x.event_type = e.event_type AND x.observed_at = e.observed_at
                       AND x.ended_at <= $2::timestamptz)
       AND NOT EXISTS (SELECT 1 FROM stage_work_events AS s WHERE s.work_id = e.work_id AND s.source = $1
-                      AND s.event_type = e.event_type AND s.reported_at IS NOT DISTINCT FROM e.reported_at
-                      AND s.notice_doi IS NOT DISTINCT FROM e.notice_doi)
+                      AND s.event_type = e.event_type
+                      AND coalesce(s.reported_at, '-infinity') = coalesce(e.reported_at, '-infinity')
+                      AND coalesce(s.notice_doi, '') = coalesce(e.notice_doi, ''))
       AND NOT EXISTS (SELECT 1 FROM work_events AS c WHERE c.work_id = e.work_id AND c.source = $1
                       AND c.observed_at = $2::timestamptz AND c.event_type = e.event_type
                       AND c.reported_at IS NOT DISTINCT FROM e.reported_at
@@ -871,6 +874,9 @@ _RUN_STATEMENTS = (
 async def reconcile_events(conn: asyncpg.Connection, source: str, at: datetime) -> None:
     """Recompute the runs of the works this import checks (before the stage is merged)."""
     for statement in _RUN_STATEMENTS:
+        if statement.startswith("INSERT INTO run_checks") and not await conn.fetchval(
+                "SELECT EXISTS (SELECT 1 FROM run_works)"):
+            return  # every check is its works' latest: nothing to recompute
         args = (source, at) if "$2" in statement else (source,) if "$1" in statement else ()
         await conn.execute(statement, *args)
 
@@ -913,6 +919,8 @@ _OBSERVED_AGAIN = (
 
 
 async def observed_again(conn: asyncpg.Connection, source: str) -> None:
+    if not await conn.fetchval("SELECT EXISTS (SELECT 1 FROM stage_citation_observations)"):
+        return
     for statement in _OBSERVED_AGAIN:
         await conn.execute(statement)
 
