@@ -104,8 +104,21 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self.transport.close()
 
     def handle_websocket_upgrade(self) -> None:
-        self._disarm()  # the WebSocket protocol takes the connection over (its own pings bound it)
+        # The WebSocket protocol takes the connection over (its pings bound it, and the per-client WebSocket
+        # cap counts it): this protocol's connection_lost is never called for it, so let go of it here.
+        self._disarm()
+        self._release_peer()
         super().handle_websocket_upgrade()
+
+    def _release_peer(self) -> None:
+        peer = getattr(self, "_peer", None)
+        if peer is not None:
+            self._peer = None
+            left = _per_peer.get(peer, 1) - 1
+            if left > 0:
+                _per_peer[peer] = left
+            else:
+                _per_peer.pop(peer, None)
 
     def connection_made(self, transport: Any) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -124,14 +137,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
-        peer = getattr(self, "_peer", None)
-        if peer is not None:
-            self._peer = None
-            left = _per_peer.get(peer, 1) - 1
-            if left > 0:
-                _per_peer[peer] = left
-            else:
-                _per_peer.pop(peer, None)
+        self._release_peer()
         super().connection_lost(exc)
 
     def _count(self, n: int) -> None:

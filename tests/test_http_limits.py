@@ -277,3 +277,36 @@ async def test_one_address_cannot_hold_every_connection(database_url):
         for _, w in held:
             w.close()
         small.stop()
+
+
+async def test_websockets_do_not_use_up_their_address_share_of_connections(database_url):
+    """A WebSocket leaves the HTTP protocol's count of its address's connections when it upgrades: many
+    WebSockets opened and closed one after another never lock their address out."""
+    import resource
+
+    import websockets
+
+    from app.cli import concurrency_limit
+    from app.settings import Settings
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+    try:
+        share = max(8, concurrency_limit(Settings()) // 4)
+        small = LiveServer(database_url)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    try:
+        for _ in range(share + 10):
+            async with websockets.connect(small.base.replace("http", "ws") + "/graphql",
+                                          subprotocols=["graphql-transport-ws"]) as ws:
+                await ws.send(json.dumps({"type": "connection_init"}))
+                assert json.loads(await ws.recv())["type"] == "connection_ack"
+        reader, writer = await asyncio.open_connection("127.0.0.1", small.port)
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        await writer.drain()
+        status, _ = await read_response(reader)
+        writer.close()
+        assert status == 200
+    finally:
+        small.stop()
