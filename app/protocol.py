@@ -84,6 +84,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._heads_done = 0  # heads completed on this connection
         self._too_large = False
         self._timer: asyncio.TimerHandle | None = None  # the head's or the body's deadline
+        self._peer: str | None = None  # the untrusted address this connection is counted against
 
     # --- timeouts: a head must arrive within HEAD_TIMEOUT_SECONDS of its first byte (or of the connection
     # opening), a body within BODY_TIMEOUT_SECONDS of its head; uvicorn's timeout_keep_alive bounds the
@@ -122,7 +123,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: Any) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._peer: str | None = None
+        self._peer = None
         peer = self.client[0] if self.client else None
         if peer is not None and not _trusted(peer):
             # One address holds at most a quarter of the worker's connections (a trusted proxy is exempt: it
