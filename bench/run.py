@@ -538,8 +538,37 @@ def met(name: str, value: float) -> str:
     return f"{'met' if ok else 'missed'} ({op} {target}x)"
 
 
+def kept_sections(generated: str) -> list[str]:
+    """The sections of today's BENCHMARKS.md that report() does not write (a bench's own section, such
+    as bench/scale.py's, or figures written by hand): kept as they are when the file is rebuilt."""
+    path = ROOT / "BENCHMARKS.md"
+    if not path.exists():
+        return []
+    ours = {line.split(" (")[0] for line in generated.splitlines() if line.startswith("## ")}
+    kept, current = [], None
+    for line in path.read_text().splitlines():
+        if line.startswith("## "):
+            current = [] if line.split(" (")[0] not in ours else None
+            if current is not None:
+                kept.append(current)
+        if current is not None:
+            current.append(line)
+    return ["\n".join(section).rstrip("\n") for section in kept]
+
+
 def report() -> str:
-    results = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("*.json"))]
+    text = _report()
+    kept = kept_sections(text)
+    if not kept:
+        return text
+    marker = "\n## Absolute figures"
+    at = text.find(marker)
+    insert = "\n" + "\n\n".join(kept) + "\n"
+    return text[:at] + insert + text[at:] if at != -1 else text.rstrip("\n") + "\n" + insert
+
+
+def _report() -> str:
+    results = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("????-??-??-*.json"))]  # runs of this file
     latest: dict[int, dict] = {}
     for r in results:
         latest[r["scale"]] = r  # sorted by file name: the newest of each scale wins
