@@ -87,7 +87,8 @@ def admin_url() -> str:
     return _admin_url()
 
 
-async def create_database(admin_url: str, prefix: str = "pith_test") -> str:
+async def create_database(admin_url: str, prefix: str = "pith_test", until: str | None = None) -> str:
+    """A new database of its own, migrated (up to and including `until` when given)."""
     name = f"{prefix}_{uuid.uuid4().hex[:10]}"
     conn = await asyncpg.connect(admin_url)
     try:
@@ -97,7 +98,7 @@ async def create_database(admin_url: str, prefix: str = "pith_test") -> str:
     url = with_database(admin_url, name)
     conn = await asyncpg.connect(url)
     try:
-        await migrate(conn)
+        await migrate(conn, until=until)
     finally:
         await conn.close()
     return url

@@ -13,9 +13,9 @@ import asyncpg
 import httpx
 import pytest
 
-from app.db.migrate import migration_files, migrate
+from app.db.migrate import migration_files
 from app.settings import Settings, SettingsError
-from tests.conftest import LiveServer, drop_database, free_port, with_database
+from tests.conftest import LiveServer, create_database, drop_database, free_port
 
 
 def pith_graph(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -74,26 +74,8 @@ def test_production_and_json_in_capitals_are_what_the_server_does(database_url):
 @pytest.fixture
 def behind_database(admin_url):
     """A database migrated up to, not including, this release's last migration."""
-    import uuid
-
-    name = f"pith_test_behind_{uuid.uuid4().hex[:8]}"
     versions = [v for v, _ in migration_files()]
-
-    async def make() -> str:
-        conn = await asyncpg.connect(admin_url)
-        try:
-            await conn.execute(f'CREATE DATABASE "{name}"')
-        finally:
-            await conn.close()
-        url = with_database(admin_url, name)
-        conn = await asyncpg.connect(url)
-        try:
-            await migrate(conn, until=versions[-2])
-        finally:
-            await conn.close()
-        return url
-
-    url = asyncio.run(make())
+    url = asyncio.run(create_database(admin_url, "pith_test_behind", until=versions[-2]))
     yield url, versions[-1]
     asyncio.run(drop_database(admin_url, url))
 
