@@ -181,12 +181,17 @@ async def test_conflict_with_the_database_shows_both_values(conn, tmp_path):
     assert "2409.19256" in error.message
 
 
-async def test_conflict_within_one_file(conn, tmp_path):
+def conflicting_pair() -> list[dict]:
+    """The seed and a document of the next day stating another resolver for the same resolution."""
     other = seed()
     other["as_of"] = "2026-08-06T00:00:00Z"
     other["thesis"] = other["thesis"].replace("5 August", "6 August")
     other["inbound"][0]["resolution"]["resolver_source"] = "doi"
-    error = await rejected(conn, write(tmp_path, "pair.ndjson", [seed(), redigest(other)]))
+    return [seed(), redigest(other)]
+
+
+async def test_conflict_within_one_file(conn, tmp_path):
+    error = await rejected(conn, write(tmp_path, "pair.ndjson", conflicting_pair()))
     assert "resolutions" in error.message and "'doi'" in error.message and "'arxiv_id'" in error.message
 
 

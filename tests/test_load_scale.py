@@ -19,7 +19,7 @@ from app.ingest import store
 from app.ingest.document import parse_document
 from app.ingest.store import TABLES, ImportRejected, Loader, load_file
 from tests.conftest import SEED, drop_database, synthetic_database
-from tests.test_import import fact_counts, redigest, rejected, seed, write
+from tests.test_import import conflicting_pair, fact_counts, redigest, rejected, seed, write
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 AS_OF = "2026-11-01T00:00:00Z"  # after every synthetic fact
@@ -93,11 +93,7 @@ async def test_conflicts_between_batches_are_found_in_the_stage(empty_database, 
     monkeypatch.setattr(store, "BATCH_DOCUMENTS", 1)  # every document its own batch: only the stage compares them
     conn = await asyncpg.connect(empty_database)
     try:
-        other = seed()
-        other["as_of"] = "2026-08-06T00:00:00Z"
-        other["thesis"] = other["thesis"].replace("5 August", "6 August")
-        other["inbound"][0]["resolution"]["resolver_source"] = "doi"
-        error = await rejected(conn, write(tmp_path, "pair.ndjson", [seed(), redigest(other)]))
+        error = await rejected(conn, write(tmp_path, "pair.ndjson", conflicting_pair()))
         assert "resolutions" in error.message and "'doi'" in error.message and "'arxiv_id'" in error.message
         assert "line 1" in error.message and "line 2" in error.message
 
