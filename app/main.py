@@ -35,7 +35,7 @@ from app.fastpath import GZIP_LEVEL, GZIP_MINIMUM, PreparedFastPath, PreparedOpe
 from app.cors import Cors
 from app.http import GRAPHQL_PATH, error_response
 from app.limits import MAX_BODY_BYTES, MAX_QUERY_STRING_BYTES, MAX_SUBSCRIPTIONS_PER_CONNECTION, MAX_VARIABLES_BYTES
-from app.live import Hub
+from app.live import Hub, LiveError
 from app import metrics
 from app.logs import note, request_facts, request_id
 from app.persisted import PersistedDocuments, PersistedQueryError, load_manifest, requested_hash
@@ -679,6 +679,11 @@ def create_app(settings: Settings | None = None, dsn: str | None = None, *,
         # not have replayed a notified position yet.
         state.hub = Hub(settings.listen_database_url or dsn, per_owner=settings.subscriptions_per_client)
         await state.hub.start()
+        # Ready means listening: a start-up that answers /readyz before the listener's first LISTEN
+        # would report a healthy process as degraded. A listener that cannot connect does not stop
+        # the start: readiness says so until it is back.
+        with contextlib.suppress(LiveError):
+            await state.hub.ready(timeout=5)
         try:  # prices are known before the first request; refreshed every 5 minutes after
             await asyncio.wait_for(state.refresh_scale_once(), 10)
         except Exception as exc:  # noqa: BLE001 - the defaults price conservatively
