@@ -259,8 +259,9 @@ def cmd_import(args: argparse.Namespace, settings: Settings) -> int:
     except BadInput as exc:
         print(f"error: --observed-at: {exc}", file=sys.stderr)
         return 2
-    if args.partial and args.source != "retraction-watch":
-        print("error: --partial is for retraction-watch (a file that is not the whole database)", file=sys.stderr)
+    if args.partial and args.source not in ("retraction-watch", "opencitations"):
+        print("error: --partial is for retraction-watch and opencitations (a file that is not the whole database "
+              "or index)", file=sys.stderr)
         return 2
     dsn = _ready_database(settings)
     return asyncio.run(_import(dsn, args.source, at, args.paths, args.partial))
@@ -578,7 +579,8 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--observed-at", help="when the source was looked at, e.g. 2026-08-05T00:00:00Z "
                                               "(default: now); nothing of the import is visible before it")
     source.add_argument("--partial", action="store_true",
-                        help="retraction-watch: the file is not the whole database (no receipt for the others)")
+                        help="the file is an excerpt: retraction-watch, not the whole database (no receipt for the "
+                             "others); opencitations, not the whole index (citations, no count of them)")
     source.set_defaults(func=cmd_import)
 
     export = sub.add_parser("export", help="write a paper's canonical v1 record to standard output")

@@ -390,6 +390,35 @@ async def test_opencitations_counts_per_cited_doi_and_citations_of_known_arxiv_p
     assert {n["source"] for n in out} == {"opencitations"}
 
 
+async def test_an_opencitations_excerpt_gives_its_citations_but_no_count(admin_url, tmp_path):
+    """`--partial`: a few rows of the index are citations, not the index's count of the cited works' citations."""
+    with (DATA / "opencitations-citations_data.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    citing = rows[1]["citing"]
+    meta = tmp_path / "arxiv.jsonl"
+    meta.write_text(json.dumps({"id": "0704.0009", "title": "A paper", "categories": "physics.chem-ph", "doi": citing,
+                                "versions": [{"version": "v1", "created": "Mon, 2 Apr 2007 19:18:42 GMT"}]}) + "\n")
+    url = await create_database(admin_url, "pith_test_oc_excerpt")
+    try:
+        imported(url, "arxiv", str(meta))
+        imported(url, "opencitations", str(DATA / "opencitations-citations_data.csv"), extra=("--partial",))
+        async for served in serve(url, StatementLog()):
+            for cited in {r["cited"] for r in rows}:
+                work = (await served.graphql(WORK, {"doi": cited, "at": AT}))["data"]["work"]
+                if any(r["cited"] == cited and r["citing"] == citing for r in rows):
+                    assert work["externalCitationMeasurements"] == [], work  # the cited work, with no count
+                else:
+                    assert work is None  # a row of no known paper's says nothing an excerpt can keep
+            out = (await served.graphql('{ paper(arxivId: "0704.0009", asOf: "%s") { outbound { nodes { source '
+                                        'citedWork { doi } } } } }' % AT))["data"]["paper"]["outbound"]["nodes"]
+            assert sorted(n["citedWork"]["doi"] for n in out) == sorted(r["cited"] for r in rows if r["citing"] == citing)
+        # Elsewhere --partial means nothing, and says so.
+        done = pith("import", "crossref", "--partial", str(DATA / "1item.json.gz"), url=url)
+        assert done.returncode == 2 and b"--partial is for retraction-watch and opencitations" in done.stderr
+    finally:
+        await drop_database(admin_url, url)
+
+
 async def test_importing_the_same_file_at_the_same_instant_adds_nothing_and_keeps_the_etag(seeded, tmp_path):
     url, served = seeded
     path = tmp_path / "rw.csv"

@@ -539,7 +539,8 @@ class Importer:
 
     async def _flush(self, final: bool = False) -> None:
         if final:
-            for doi, count in self.cited_counts.items():
+            # An excerpt of the index (--partial) holds citations, not the index's counts of them.
+            for doi, count in self.cited_counts.items() if not self.partial else ():
                 self.report(doi).count = count
             self.cited_counts = {}
         facts = Facts()
