@@ -10,7 +10,6 @@ import signal
 import sys
 from dataclasses import replace
 from datetime import datetime
-from importlib import resources
 from pathlib import Path
 
 import asyncpg
@@ -85,11 +84,6 @@ async def _migrate(dsn: str) -> list[str]:
         await conn.close()
 
 
-def sample_files() -> list[str]:
-    folder = resources.files("app") / "sample"
-    return sorted(str(folder / p.name) for p in folder.iterdir() if p.name.endswith((".json", ".ndjson")))
-
-
 async def _load(dsn: str, paths: list[str], quiet: bool = False) -> int:
     from app.ingest.store import ImportRejected, load_file
 
@@ -109,6 +103,16 @@ async def _load(dsn: str, paths: list[str], quiet: bool = False) -> int:
     finally:
         await conn.close()
     return failed
+
+
+async def _load_sample(dsn: str) -> None:
+    from app.ingest.sample import load_sample
+
+    conn = await connect(dsn, server_settings={"application_name": "pith-graph load"})
+    try:
+        await load_sample(conn)
+    finally:
+        await conn.close()
 
 
 async def _is_empty(dsn: str) -> bool:
@@ -163,7 +167,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     if applied:
         log.info("applied migrations: %s", ", ".join(applied))
     if not settings.database_url and asyncio.run(_is_empty(dsn)):
-        asyncio.run(_load(dsn, sample_files(), quiet=True))
+        asyncio.run(_load_sample(dsn))
         log.info("loaded the bundled sample records")
     try:
         app = create_app(settings, dsn=dsn)
@@ -210,12 +214,13 @@ def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_load(args: argparse.Namespace, settings: Settings) -> int:
-    paths = [*(sample_files() if args.sample else []), *args.paths]
-    if not paths:
+    if not args.paths and not args.sample:
         print("error: name the files to load (PATH..., - for standard input), or --sample", file=sys.stderr)
         return 2
     dsn = _ready_database(settings)
-    failed = asyncio.run(_load(dsn, paths))
+    if args.sample:
+        asyncio.run(_load_sample(dsn))
+    failed = asyncio.run(_load(dsn, args.paths)) if args.paths else 0
     return 1 if failed else 0
 
 
@@ -561,7 +566,8 @@ def build_parser() -> argparse.ArgumentParser:
     load = sub.add_parser("load", help="import v1 documents (.json, .ndjson, or - for standard input)")
     load.add_argument("paths", nargs="*", metavar="PATH")
     load.add_argument("--sample", action="store_true",
-                      help="also load the bundled sample records (what the embedded server starts with)")
+                      help="also load the bundled sample (what the embedded server starts with: its records, "
+                           "then the open sources' records in app/sample/sources)")
     load.set_defaults(func=cmd_load)
 
     sample = sub.add_parser("sample-citation", help=(

@@ -149,6 +149,20 @@ async def sample_database(admin_url: str, prefix: str = "pith_test") -> str:
     return url
 
 
+async def bundled_sample_database(admin_url: str, prefix: str = "pith_test_bundled") -> str:
+    """A new database holding the whole bundled sample, as the embedded server loads it on first start: the
+    two snapshots, then the open sources' records of app/sample/sources (app.ingest.sample)."""
+    from app.ingest.sample import load_sample
+
+    url = await create_database(admin_url, prefix)
+    conn = await asyncpg.connect(url)
+    try:
+        await load_sample(conn)
+    finally:
+        await conn.close()
+    return url
+
+
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
 async def database_url(admin_url: str) -> AsyncIterator[str]:
     """The shared database: both sample snapshots loaded."""
