@@ -321,7 +321,7 @@ class Scale:
 
 @dataclass
 class DataScale:
-    """The current Scale, refreshed from PostgreSQL's statistics (app.main), never on a request's path."""
+    """The current Scale, refreshed from PostgreSQL's statistics (app.state), never on a request's path."""
 
     current: Scale = Scale()
 

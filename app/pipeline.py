@@ -57,7 +57,7 @@ WORK_UNIT_SECONDS = 30e-6
 
 def over_budget(governor: Any, client: Any) -> GraphQLError | None:
     """RATE_LIMITED for a client with nothing left of its hour, before its request is read any further
-    (from memory: no statement); None otherwise. Every transport asks this first (app.main,
+    (from memory: no statement); None otherwise. Every transport asks this first (app.graphql.view,
     app.schema.Schema.stream)."""
     if governor is None or client is None:
         return None

@@ -87,7 +87,7 @@ def _arguments(request: Request) -> tuple[str, "datetime", bool]:
         raise BadRequest(str(exc)) from None
 
 
-def routes(app: Any) -> list:  # app.main.App (which imports this module)
+def routes(app: Any) -> list:  # app.state.App
     async def document_for(request: Request) -> tuple[dict, bool, record.Prebuilt]:
         arxiv_id, as_of, pinned = _arguments(request)
         session = app.session()

@@ -1,0 +1,230 @@
+"""The ASGI middleware every request passes: its id, log line and deadline; its bounded body and the
+cancel when the client goes away."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app import metrics
+from app.http import error_response
+from app.limits import MAX_BODY_BYTES
+from app.logs import request_facts, request_id
+
+log = logging.getLogger("pith.http")
+access = logging.getLogger("pith.access")
+
+
+class RequestIdMiddleware:
+    """Give every request an id (or keep a sane X-Request-ID), put it in logs and on the response."""
+
+    def __init__(self, app: ASGIApp, traced: bool = False, deadline_seconds: float | None = None) -> None:
+        self.app = app
+        self.traced = traced  # inside OpenTelemetry's server span: its ids go on the access line
+        self.deadline_seconds = deadline_seconds  # PITH_REQUEST_TIMEOUT, from the request's arrival
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        given = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
+        rid = given if given and len(given) <= 64 and given.replace("-", "").isalnum() else os.urandom(16).hex()
+        token = request_id.set(rid)
+        if self.traced:
+            from app.tracing import current_span_ids
+
+            span_ids = current_span_ids(rid)
+        else:
+            span_ids = {}
+        if scope["type"] == "websocket":  # every operation of the connection carries its id
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                request_id.reset(token)
+            return
+
+        keyed = any(name == b"authorization" for name, _ in scope["headers"])
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message.setdefault("headers", [])
+                headers = list(message["headers"]) + [(b"x-request-id", rid.encode())]
+                message["headers"] = keyed_cache_rule(headers) if keyed else headers
+            await send(message)
+
+        started = time.monotonic()
+        status = 0
+        sent = 0
+        if self.deadline_seconds:
+            from app.db.pool import request_deadline
+
+            request_deadline.set(asyncio.get_running_loop().time() + self.deadline_seconds)
+        facts: dict[str, Any] = dict(span_ids)
+        facts_token = request_facts.set(facts)
+
+        async def send_logged(message: Message) -> None:
+            nonlocal status, sent
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            elif message["type"] == "http.response.body":
+                sent += len(message.get("body", b""))
+            await send_with_id(message)
+
+        try:
+            await self.app(scope, receive, send_logged)
+        except Exception as exc:  # noqa: BLE001 - the one place an unexpected error is logged and answered
+            log.error("unhandled error on %s %s", scope["method"], scope["path"], exc_info=exc)
+            if status == 0:  # nothing sent yet: answer, with the request id, in the shape clients read
+                from app.http import transport_error
+
+                response = transport_error(500, f"internal error (request id {rid})", "INTERNAL_SERVER_ERROR")
+                await response(scope, receive, send_logged)
+        finally:
+            elapsed = time.monotonic() - started
+            metrics.record_request(route_of(scope), status, elapsed)
+            if access.isEnabledFor(logging.INFO):
+                client = facts.pop("client", None)
+                fields = {"client": client.address if client is not None else _peer(scope),
+                          "key": getattr(client, "key_name", None), "method": scope["method"],
+                          "path": scope["path"], "status": status, "duration_ms": round(elapsed * 1000, 1),
+                          "bytes": sent, **facts}
+                access.info("%s %s %s %.1fms", scope["method"], scope["path"], status, elapsed * 1000,
+                            extra={"access": fields})
+            request_facts.reset(facts_token)
+            request_id.reset(token)
+
+
+def keyed_cache_rule(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The response headers of a request that carried Authorization, on every route: what it says is for
+    its reader alone. A `public` Cache-Control becomes `private` (a shared cache must not keep it), and
+    `Vary: Authorization` tells every cache that another key gets another answer."""
+    out: list[tuple[bytes, bytes]] = []
+    varied = False
+    for name, value in headers:
+        lower = name.lower()
+        if lower == b"cache-control":
+            value = b", ".join(b"private" if part.strip().lower() == b"public" else part.strip()
+                               for part in value.split(b","))
+        elif lower == b"vary":
+            if b"authorization" not in value.lower() and value.strip() != b"*":
+                value = value + b", Authorization"
+            varied = True
+        out.append((name, value))
+    if not varied:
+        out.append((b"vary", b"Authorization"))
+    return out
+
+
+def _peer(scope: Scope) -> str | None:
+    """The address a request came from, for a request no handler identified: the one rule's
+    (Governor.address_of, through trusted proxies)."""
+    state = getattr(scope.get("app"), "state", None)
+    governor = getattr(getattr(state, "pith", None), "governor", None)
+    if governor is not None:
+        return governor.address_of(scope)
+    peer = scope.get("client")
+    return peer[0] if peer else None
+
+
+def route_of(scope: Scope) -> str:
+    """The route template a request matched (a bounded label), `other` when none did."""
+    from starlette.routing import Match
+
+    app = scope.get("app")
+    for route in getattr(app, "routes", ()):
+        matched, _ = route.matches(scope)
+        if matched is Match.FULL:
+            return getattr(route, "path", "other")
+    return "other"
+
+
+class BodyLimitAndCancelOnDisconnect:
+    """Read the (bounded) request body up front, then cancel the handler if the client goes away.
+
+    Cancelling the handler cancels the query it awaits (asyncpg sends PostgreSQL a cancel request), so a
+    client that gives up does not keep a backend busy.
+    """
+
+    def __init__(self, app: ASGIApp, max_body: int = MAX_BODY_BYTES) -> None:
+        self.app = app
+        self.max_body = max_body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body:
+                response = error_response(413, f"request body is larger than {self.max_body} bytes", scope.get("path"))
+                await response(scope, receive, send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        gone = asyncio.Event()
+        delivered = False
+        finished = False  # the whole response went out
+
+        async def replay() -> Message:
+            nonlocal delivered
+            if not delivered:
+                delivered = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await gone.wait()
+            return {"type": "http.disconnect"}
+
+        started = False  # the response's start went out
+
+        async def send_tracked(message: Message) -> None:
+            nonlocal finished, started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                finished = True
+
+        handler = asyncio.ensure_future(self.app(scope, replay, send_tracked))
+        watcher = asyncio.ensure_future(receive())
+        try:
+            done, _ = await asyncio.wait({handler, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            # This request is being cancelled (the server is shutting down past its grace): so is its
+            # handler, and its cleanup (rollback, release) finishes before we go. Unanswered, it is told
+            # so in JSON, as every other answer (uvicorn would send a plain-text 500).
+            watcher.cancel()
+            handler.cancel()
+            await asyncio.wait({handler})
+            if not started:
+                with contextlib.suppress(Exception):
+                    response = error_response(503, "the server is shutting down and stopped this request before "
+                                                   "it was answered; retry (another server answers)", scope.get("path"))
+                    await response(scope, replay, send_tracked)
+            raise
+        if handler in done:
+            watcher.cancel()
+            handler.result()
+            return
+        message = watcher.result()
+        if message["type"] == "http.disconnect":
+            gone.set()
+            handler.cancel()
+            if not finished:
+                log.info("client went away: cancelled %s %s", scope.get("method"), scope.get("path"))
+            with contextlib.suppress(asyncio.CancelledError):
+                await handler
+        else:  # pragma: no cover - nothing else arrives after a complete body
+            await handler

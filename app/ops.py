@@ -1,0 +1,141 @@
+"""What operators ask a process: liveness (/healthz), readiness (/readyz), Prometheus metrics (/metrics),
+and the once-a-second sampling of its gauges."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+from typing import TYPE_CHECKING, Any
+
+import asyncpg
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from app import metrics
+from app.http import error_response
+from app.limits import RETRY_AFTER_SECONDS
+
+if TYPE_CHECKING:
+    from app.state import App
+
+log = logging.getLogger("pith.http")
+
+# How far a standby's replay is behind: 0 when it has replayed everything it received, else the age
+# of the last commit it replayed.
+REPLICA_LAG = """SELECT CASE WHEN pg_last_wal_receive_lsn() IS NOT DISTINCT FROM pg_last_wal_replay_lsn() THEN 0
+                   ELSE extract(epoch FROM now() - pg_last_xact_replay_timestamp()) END::float8"""
+
+
+class Ops:
+    """The operator routes and the sampling loop of one application's state."""
+
+    def __init__(self, state: App) -> None:
+        self.state = state
+
+    async def healthz(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    def operator(self, request: Request) -> bool:
+        """An operator asks: a client on loopback (its address by the one rule, through trusted proxies: a
+        proxy on the same host does not make everyone an operator), or with `Authorization: Bearer
+        $PITH_METRICS_TOKEN`."""
+        if self.state.governor.address_of(request.scope) in ("127.0.0.1", "::1", "localhost"):
+            return True
+        token = self.state.settings.metrics_token
+        given = request.headers.get("authorization", "")
+        return bool(token) and hmac.compare_digest(given.encode(), f"Bearer {token}".encode())
+
+    async def metrics(self, request: Request) -> Response:
+        """Prometheus metrics of every worker process (app.metrics), for operators only."""
+        if not self.operator(request):
+            return error_response(403, "metrics are answered to loopback or to Authorization: Bearer "
+                                       "$PITH_METRICS_TOKEN", request.url.path)
+        body, media = metrics.exposition()
+        return Response(body, media_type=media)
+
+    async def sample(self) -> None:
+        """This process's gauges, every second: the pools and the subscriptions (no statement: the change
+        listener reads the import counter, app.live)."""
+        beat = 0
+        while True:
+            if self.state.replicas and beat % 5 == 0:
+                try:
+                    await self.replica_states()  # their lag, and any that went down
+                except Exception as exc:  # noqa: BLE001
+                    log.debug("replica states not read: %s", type(exc).__name__)
+            beat += 1
+            metrics.sample_pool([self.state.pool, *self.state.replicas], self.state.waiting)
+            metrics.SUBSCRIPTIONS.set(self.state.hub.count if self.state.hub else 0)
+            metrics.CHANGE_LAG.set(self.state.hub.lag_seconds() if self.state.hub else 0.0)
+            try:
+                metrics.sample_process()
+            except Exception as exc:  # noqa: BLE001 - a figure missing is no reason to stop sampling
+                log.debug("process figures not read: %s", type(exc).__name__)
+            await asyncio.sleep(1)
+
+    async def readyz(self, request: Request) -> Response:
+        from app.db.migrate import pending
+
+        try:
+            if self.state.pool is None:
+                raise ConnectionError("pool not open")
+            async with self.state.pool.acquire(timeout=2) as conn:
+                missing = await conn.fetch("SELECT 1") and await pending(conn)
+                read_only = await conn.fetchval("SELECT current_setting('transaction_read_only') = 'on'")
+        except Exception as exc:  # noqa: BLE001 - readiness reports any failure
+            return JSONResponse({"status": "unavailable", "database": "unreachable",
+                                 "detail": type(exc).__name__}, status_code=503,
+                                headers={"Retry-After": RETRY_AFTER_SECONDS})
+        if missing:
+            return JSONResponse({"status": "unavailable", "database": "reachable",
+                                 "pending_migrations": missing}, status_code=503)
+        replicas = await self.replica_states()
+        degraded = []
+        for r in replicas:
+            if not r["reachable"]:
+                degraded.append(f"replica {r['replica']} is unreachable: its reads go to "
+                                + ("the other replicas" if any(x["reachable"] for x in replicas) else "the primary"))
+        if read_only:
+            degraded.append("the database is read-only: reads are served, imports and key changes fail, and "
+                            "budgets are counted in each process alone")
+        elif self.state.governor.budgets.local:
+            degraded.append("budgets are counted in each process alone (the database refused a claim as read-only)")
+        if self.state.hub is not None and not self.state.hub.listening:
+            degraded.append("the change listener is reconnecting: live events arrive once it is back")
+        status = "degraded" if degraded else "ready"
+        database = "read-only" if read_only else "reachable"
+        if self.state.settings.production and not self.operator(request):  # the figures are for operators
+            return JSONResponse({"status": status, "database": database})
+        return JSONResponse({"status": status, "database": database, "degraded": degraded, "pending_migrations": [],
+                             "replicas": replicas, "pool": pool_figures(self.state.pool),
+                             "budgets": "in-process" if read_only or self.state.governor.budgets.local else "shared",
+                             "prepared": {"documents": len(self.state.prepared.table),
+                                          "answered": self.state.prepared.answered},
+                             "live": {"subscribers": self.state.hub.count if self.state.hub else 0,
+                                      "position": self.state.hub.position if self.state.hub else None}})
+
+    async def replica_states(self) -> list[dict[str, Any]]:
+        """Each replica: reachable, and how far its replay is behind (seconds since the last replayed
+        commit; 0 when it has replayed all the primary sent), also the lag metric."""
+        states = []
+        for i, pool in enumerate(self.state.replicas):
+            try:
+                async with pool.acquire(timeout=2) as conn:
+                    lag = await conn.fetchval(REPLICA_LAG)
+                states.append({"replica": i, "reachable": True, "replay_lag_seconds": lag})
+                metrics.REPLICA_LAG.labels(str(i)).set(lag or 0.0)
+            except Exception as exc:  # noqa: BLE001 - any failure: the replica is down for now
+                self.state.mark_replica_down(i, type(exc).__name__)
+                states.append({"replica": i, "reachable": False, "detail": type(exc).__name__})
+                metrics.REPLICA_LAG.labels(str(i)).set(float("nan"))
+        return states
+
+
+
+
+def pool_figures(pool: asyncpg.Pool | None) -> dict[str, int]:
+    """Connections open, idle (free to take), and the ceiling; readiness shows them."""
+    if pool is None:
+        return {"size": 0, "idle": 0, "max": 0}
+    return {"size": pool.get_size(), "idle": pool.get_idle_size(), "max": pool.get_max_size()}

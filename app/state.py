@@ -1,0 +1,211 @@
+"""The application's state, what every handler shares: settings, the pools and their sessions, the
+schema, the governor, the persisted and prepared documents."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
+
+import asyncpg
+from graphql import GraphQLError
+from starlette.responses import Response
+from starlette.types import Scope
+
+from app.context import Context
+from app.cost import DataScale
+from app.db.pool import Session, acquire_by_deadline, connect, connection
+from app.fastpath import PreparedOperations
+from app.governor import Client, Governor, parse_networks
+from app.live import Hub
+from app.logs import note
+from app.persisted import PersistedDocuments, load_manifest
+from app.schema import make_schema
+from app.settings import Settings
+
+log = logging.getLogger("pith.http")
+
+POOL_CLOSE_SECONDS = 3.0
+REPLICA_RETRY_SECONDS = 10.0  # a failed replica gets no reads for this long, then is tried again
+REPLICA_ACQUIRE_SECONDS = 1.0  # a replica that gives no connection in this long is taken for down
+
+
+class App:
+    """Holds what the handlers share: settings, the pool, the schema."""
+
+    def __init__(self, settings: Settings, dsn: str,
+                 pool_init: Callable[[asyncpg.Connection], Awaitable[None]] | None = None,
+                 tracer_provider: Any = None) -> None:
+        self.settings = settings
+        self.dsn = dsn
+        self.pool_init = pool_init
+        self.pool: asyncpg.Pool | None = None
+        self.hub: Hub | None = None
+        self.replicas: list[asyncpg.Pool] = []
+        self._next_replica = 0
+        self._replica_down: dict[int, float] = {}  # replica index -> time.monotonic() until it is tried again
+        self.scale = DataScale()
+        self.schema = make_schema(introspection=settings.introspection, production=settings.production,
+                                  scale=self.scale, statement_timeout_ms=settings.statement_timeout_ms,
+                                  tracer_provider=tracer_provider)
+        self.governor = Governor(lambda: self.pool, anonymous_points_per_hour=settings.anonymous_points_per_hour,
+                                 trusted_proxies=parse_networks(settings.trusted_proxies),
+                                 heavy_slots=settings.heavy_slots, proxy_header=settings.proxy_header)
+        manifest = load_manifest(settings.persisted_documents) if settings.persisted_documents else None
+        self.persisted = PersistedDocuments(manifest, only=settings.persisted_only)
+        self.prepared = PreparedOperations()
+        self.waiting = 0  # sessions waiting for a pool connection (the metrics' waiting state)
+
+    def context(self, client: Client | None, **more: Any) -> Context:
+        """A request's context: who asks, and its deadline (from now). Its session is the operation's,
+        opened and closed around it by app.pipeline.OperationSession."""
+        more.setdefault("app", self)
+        return Context(session=None, client=client, governor=self.governor,
+                       deadline_seconds=self.settings.request_timeout, **more)
+
+    def read_pool(self) -> asyncpg.Pool | None:
+        """The pool a read goes to: a replica when there are any that are not marked down (round robin),
+        else the primary."""
+        up = [i for i in range(len(self.replicas)) if not self.replica_is_down(i)]
+        if up:
+            self._next_replica = (self._next_replica + 1) % len(up)
+            return self.replicas[up[self._next_replica]]
+        return self.pool
+
+    def replica_is_down(self, index: int) -> bool:
+        return self._replica_down.get(index, 0.0) > time.monotonic()
+
+    def mark_replica_down(self, index: int, reason: str) -> None:
+        """A replica that failed: reads go to the others (or the primary) for REPLICA_RETRY_SECONDS."""
+        if not self.replica_is_down(index):
+            log.warning("replica %d failed (%s): its reads go to %s for %.0f s", index, reason,
+                        "the other replicas" if len(self.replicas) > 1 else "the primary", REPLICA_RETRY_SECONDS)
+        self._replica_down[index] = time.monotonic() + REPLICA_RETRY_SECONDS
+
+    def session(self, primary: bool = False) -> Session:
+        """A read session: on a replica when there are any (round robin), else (or with `primary`) on
+        the primary. A replica that cannot give a connection is marked down and the session takes one
+        from the primary instead: a failed replica costs its share of reads nothing but a retry.
+
+        Every statement of one request runs on the one connection of its session, so a record's
+        statements all come from one replica and one snapshot.
+        """
+        pool = self.pool if primary else self.read_pool()
+        if pool is None:
+            raise ConnectionError("the database pool is not open")
+        replica = next((i for i, p in enumerate(self.replicas) if p is pool), None)
+        taken: dict[int, asyncpg.Pool] = {}
+
+        async def acquire() -> asyncpg.Connection:
+            self.waiting += 1
+            try:
+                if replica is not None:
+                    try:
+                        conn = await acquire_by_deadline(pool, REPLICA_ACQUIRE_SECONDS)
+                        taken[id(conn)] = pool
+                        return conn
+                    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError,
+                            TimeoutError) as exc:
+                        if self.pool is None:
+                            raise
+                        self.mark_replica_down(replica, type(exc).__name__)
+                primary_pool = self.pool
+                if primary_pool is None:
+                    raise ConnectionError("the database pool is not open")
+                conn = await acquire_by_deadline(primary_pool)
+                taken[id(conn)] = primary_pool
+                return conn
+            finally:
+                self.waiting -= 1
+
+        async def release(conn: asyncpg.Connection) -> None:
+            await taken.pop(id(conn), pool).release(conn)
+
+        return Session(acquire, release, self.settings.statement_timeout_ms)
+
+    async def identify(self, scope: Scope) -> Client:
+        """The client of an HTTP or WebSocket request (Unauthenticated for a bad key)."""
+        client = await self.governor.of_scope(scope)
+        note(client=client)
+        return client
+
+    def respond(self, result: Any, media: str | None) -> Response:
+        """The HTTP response for an execution result: errors as the masking policy left them (app.pipeline),
+        the status their outcome calls for (401, 429, 503, 504). The transports add the RateLimit fields."""
+        from app import http
+        from app.pipeline import outcome_status, retry_after
+
+        errors = [self.format_error(e) for e in result.errors or []]
+        status = outcome_status(errors) if errors else None
+        if status is not None:
+            headers = {}
+            wait = retry_after(errors)
+            if wait is not None:
+                headers["Retry-After"] = wait
+            payload: dict[str, Any] = {"errors": errors} if result.data is None else {"data": result.data,
+                                                                                        "errors": errors}
+            if status == 503:
+                payload = {"data": None, "errors": errors}
+            if result.extensions:
+                payload["extensions"] = result.extensions
+            return http.graphql_response(payload, status, media, headers)
+        return http.result_response(result, errors, media)
+
+    def format_error(self, error: GraphQLError) -> dict[str, Any]:
+        """An error as sent: the masking policy's (applied once, by the schema) or, for an error made
+        outside execution, the same policy applied here."""
+        from app.pipeline import masked
+
+        formatted = masked(error, self.settings.statement_timeout_ms, self.settings.production).formatted
+        return cast("dict[str, Any]", formatted)  # a TypedDict, read as the dict it is
+
+    async def refresh_scale(self, every: float = 300.0) -> None:
+        """Keep the price of data-sized work (a timeline reads all of a paper's observations) current, from
+        PostgreSQL's statistics, off every request's path."""
+        while True:
+            await asyncio.sleep(every)
+            try:
+                await self.refresh_scale_once()
+            except Exception as exc:  # noqa: BLE001 - keep the last estimate
+                log.debug("data scale not refreshed: %s", type(exc).__name__)
+
+    async def refresh_scale_once(self) -> None:
+        """Read the data's scale on a connection of its own (not one of the pool's: no request waits on it)."""
+        from app.cost import data_scale
+
+        conn = await connect(self.dsn, timeout=5, server_settings={"application_name": "pith-graph-scale"})
+        try:
+            self.scale.current = await data_scale(conn)
+        finally:
+            await conn.close()
+
+    async def data_version(self) -> int:
+        if self.pool is None:
+            raise ConnectionError("the database pool is not open")
+        async with connection(self.pool) as conn:
+            return await conn.fetchval("SELECT version FROM data_version")
+
+
+class PrimaryReads:
+    """The application state, its sessions taken on the primary (for live operations)."""
+
+    def __init__(self, state: App) -> None:
+        self._state = state
+
+    def session(self, primary: bool = True) -> Session:
+        return self._state.session(primary=True)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._state, name)
+
+
+
+async def close_pool(pool: asyncpg.Pool) -> None:
+    """Close gracefully, but within a bound: a connection still out after it is terminated."""
+    try:
+        await asyncio.wait_for(pool.close(), POOL_CLOSE_SECONDS)
+    except TimeoutError:
+        log.warning("pool did not close in %.0f s; terminating its connections", POOL_CLOSE_SECONDS)
+        pool.terminate()
