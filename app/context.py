@@ -9,7 +9,7 @@ from typing import Any
 
 from app.db.pool import Session
 from app.timeparse import BadInput, answered_as_of, is_pinned, now_as_of
-from loaders.dataloaders import Loaders
+from loaders.dataloaders import AcrossInstants, Loaders
 
 
 @dataclass
@@ -81,5 +81,7 @@ class Context:
         found = self._loaders.get(as_of)
         if found is None:
             assert self.session is not None, "an operation's session opens before its fields resolve"
-            found = self._loaders[as_of] = Loaders(self.session, as_of)
+            # The instants of one operation share their lookups by id (loaders.dataloaders.AcrossInstants).
+            across = next(iter(self._loaders.values())).across if self._loaders else AcrossInstants(self.session)
+            found = self._loaders[as_of] = Loaders(self.session, as_of, across)
         return found

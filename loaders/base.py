@@ -52,6 +52,14 @@ def at_pairs(template: str, instant_param: int, key_param: int = 1, key_type: st
             f"WITH ORDINALITY AS t(t_key, t_as_of, t_ord)\nCROSS JOIN LATERAL ({inner}) AS x")
 
 
+async def fetch_at_pairs(db: Db, template: str, pairs: Sequence[tuple[Any, Any]], key_type: str = "text",
+                         ) -> list[list[Any]]:
+    """A one-key, one-instant template ($1 the key array, $AS the instant) run for every (key, instant)
+    pair in one statement: each pair's rows, in pair order."""
+    rows = await db.fetch(at_pairs(template, 2, key_type=key_type), [k for k, _ in pairs], [t for _, t in pairs])
+    return by_instant(rows, len(pairs))
+
+
 def by_instant(rows: Sequence[Any], n: int) -> list[list[Any]]:
     grouped: list[list[Any]] = [[] for _ in range(n)]
     for row in rows:

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any, Final, Sequence
 from uuid import UUID
 
-from loaders.base import Db, at_param, charge, scanned
+from loaders.base import Db, at_param, charge, fetch_at_pairs, scanned
 from loaders.papers import paper_from
 from loaders.rows import (RETRACTING, STANDING_DECIDING, UNRESOLVED, Observation, PaperSnapshot, Resolution,
                           WorkSnapshot, deciding_order_sql, sql_list, stands_sql)
@@ -195,13 +195,14 @@ CROSS JOIN LATERAL (
 """
 CITATION_COUNTS: Final = at_param(CITATION_COUNTS_TEMPLATE, 3)
 
-OBSERVATIONS_BY_ID: Final = at_param(f"""
+OBSERVATIONS_BY_ID_TEMPLATE: Final = f"""
 SELECT k.ord, {_DETAIL_COLUMNS}
 FROM unnest($1::uuid[]) WITH ORDINALITY AS k(observation_id, ord)
 JOIN citation_observations AS o
   ON o.observation_id = k.observation_id
  AND {VISIBLE} {_DETAIL_JOINS}
-""", 2)
+"""
+OBSERVATIONS_BY_ID: Final = at_param(OBSERVATIONS_BY_ID_TEMPLATE, 2)
 
 
 _PAPER_KEYS: Final = {prefix: (prefix + "arxiv_id", prefix + "observed_at") for prefix in ("c_", "d_")}
@@ -363,6 +364,12 @@ async def observations_by_id(db: Db, ids: Sequence[UUID], as_of: datetime) -> li
     for row in await db.fetch(OBSERVATIONS_BY_ID, list(ids), as_of):
         found[row["ord"] - 1] = observation_from(row)
     return found
+
+
+async def observations_at(db: Db, pairs: Sequence[tuple[UUID, datetime]]) -> list[Observation | None]:
+    """Each (observation id, instant)'s observation, in one statement whatever the number of instants."""
+    return [observation_from(rows[0]) if rows else None
+            for rows in await fetch_at_pairs(db, OBSERVATIONS_BY_ID_TEMPLATE, pairs, key_type="uuid")]
 
 
 # Distinct citing papers of each paper at the instant, by the year their version 1 was submitted (from

@@ -12,15 +12,15 @@ from uuid import UUID
 from aiodataloader import DataLoader
 
 from loaders.base import RECORD_BUILD_UNITS, Db, charge
-from loaders.citations import (PageKey, citation_counts, citations_by_year, inbound_pages, observations_by_id,
-                               outbound_pages)
+from loaders.citations import (PageKey, citation_counts, citations_by_year, inbound_pages, observations_at,
+                               observations_by_id, outbound_pages)
 from loaders.measurements import measurements_by_paper
-from loaders.papers import paper_snapshots
+from loaders.papers import paper_snapshots, paper_snapshots_at
 from loaders.record import SERVED_CAPS, record_histories, record_rows
 from loaders.rows import Measurement, Observation, PaperSnapshot, RecordRows, Standing, WorkSnapshot
-from loaders.standing import standing_by_work
+from loaders.standing import standing_at, standing_by_work
 from loaders.timeline import Entry, instant, timelines
-from loaders.works import paper_dois, work_measurements, work_snapshots, works_by_doi
+from loaders.works import paper_dois, work_measurements, work_snapshots, work_snapshots_at, works_by_doi
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,12 +76,55 @@ def group_of(key: Any) -> tuple:
     return (key.direction, key.statuses, key.cites_retracted)
 
 
-class Loaders:
-    """Every loader for one instant. Keys are plain values; results are rows, never GraphQL types."""
+def _across(one: Callable[[Db, list[Any], datetime], Awaitable[list[Any]]],
+            pairs: Callable[[Db, list[tuple[Any, datetime]]], Awaitable[list[Any]]], db: Db):
+    """Batch function over (key, instant) keys: the one-instant statement when every key has the same
+    instant (the common case, unchanged), else one statement for all the pairs."""
 
-    def __init__(self, db: Db, as_of: datetime) -> None:
+    async def batch(keys: Sequence[tuple[Any, datetime]]) -> list[Any]:
+        instants = {at for _, at in keys}
+        if len(instants) == 1:
+            return await one(db, [key for key, _ in keys], instants.pop())
+        return await pairs(db, list(keys))
+
+    return batch
+
+
+class AcrossInstants:
+    """One request's loaders keyed by (key, instant), under the per-instant Loaders of the lookups that
+    ids naming many instants fan out to (nodes(ids:), each id as of its own instant): the per-instant
+    loaders of a tick pass their keys down here, so a kind costs one statement however many instants."""
+
+    def __init__(self, db: Db) -> None:
+        self.db = db
+
+    @cached_property
+    def paper(self) -> DataLoader:
+        return DataLoader(_across(paper_snapshots, paper_snapshots_at, self.db), cache=False)
+
+    @cached_property
+    def work(self) -> DataLoader:
+        return DataLoader(_across(work_snapshots, work_snapshots_at, self.db), cache=False)
+
+    @cached_property
+    def observation(self) -> DataLoader:
+        return DataLoader(_across(observations_by_id, observations_at, self.db), cache=False)
+
+    @cached_property
+    def standing(self) -> DataLoader:
+        return DataLoader(_across(standing_by_work, standing_at, self.db), cache=False)
+
+
+class Loaders:
+    """Every loader for one instant. Keys are plain values; results are rows, never GraphQL types.
+
+    With `across` (a request's AcrossInstants), lookups by id (papers, works, observations, standing)
+    batch with the same lookups of the request's other instants."""
+
+    def __init__(self, db: Db, as_of: datetime, across: AcrossInstants | None = None) -> None:
         self.db = db
         self.as_of = as_of
+        self.across = across
 
     # Each loader is made when a request first needs it: most requests use one or two.
     @cached_property
@@ -158,6 +201,8 @@ class Loaders:
         return await paper_dois(self.db, keys, self.as_of)
 
     async def _papers(self, keys: Sequence[str]) -> list[PaperSnapshot | None]:
+        if self.across is not None:
+            return await self.across.paper.load_many([(key, self.as_of) for key in keys])
         return await paper_snapshots(self.db, keys, self.as_of)
 
     async def _inbound(self, group: tuple, keys: list[PageRequest], of_works: bool = False) -> list[list[Observation]]:
@@ -191,15 +236,21 @@ class Loaders:
                                      cites_retracted)
 
     async def _standing(self, keys: Sequence[UUID]) -> list[Standing]:
+        if self.across is not None:
+            return await self.across.standing.load_many([(key, self.as_of) for key in keys])
         return await standing_by_work(self.db, keys, self.as_of)
 
     async def _measurements(self, keys: Sequence[str]) -> list[list[Measurement]]:
         return await measurements_by_paper(self.db, keys, self.as_of)
 
     async def _observations(self, keys: Sequence[UUID]) -> list[Observation | None]:
+        if self.across is not None:
+            return await self.across.observation.load_many([(key, self.as_of) for key in keys])
         return await observations_by_id(self.db, keys, self.as_of)
 
     async def _works(self, keys: Sequence[UUID]) -> list[WorkSnapshot | None]:
+        if self.across is not None:
+            return await self.across.work.load_many([(key, self.as_of) for key in keys])
         return await work_snapshots(self.db, keys, self.as_of)
 
     async def _timelines(self, keys: Sequence[TimelineRequest]) -> list[tuple[list[Entry], list[RecordRows | None]]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Final, Sequence
 
-from loaders.base import Db, at_param
+from loaders.base import Db, at_param, fetch_at_pairs
 from loaders.rows import PaperSnapshot
 
 PAPER_COLUMNS: Final = "arxiv_id, observed_at, title, latest_version, primary_category, submitted_at, last_updated"
@@ -64,6 +64,11 @@ def paper_from(row: Any, prefix: str = "") -> PaperSnapshot | None:
 
 async def paper_snapshots(db: Db, arxiv_ids: Sequence[str], as_of: datetime) -> list[PaperSnapshot | None]:
     return papers_from_rows(await db.fetch(PAPER_SNAPSHOTS_BY_ARXIV_ID, list(arxiv_ids), as_of), len(arxiv_ids))
+
+
+async def paper_snapshots_at(db: Db, pairs: Sequence[tuple[str, datetime]]) -> list[PaperSnapshot | None]:
+    """Each (arXiv id, instant)'s snapshot, in one statement whatever the number of instants."""
+    return [papers_from_rows(rows, 1)[0] for rows in await fetch_at_pairs(db, PAPER_SNAPSHOTS_TEMPLATE, pairs)]
 
 
 def papers_from_rows(rows: Sequence[Any], n: int) -> list[PaperSnapshot | None]:

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any, Final, Sequence
 from uuid import UUID
 
-from loaders.base import Db, at_param
+from loaders.base import Db, at_param, fetch_at_pairs
 from loaders.rows import Event, Receipt, Standing, stands_sql
 
 # Receipts (latest per work and source) and events in one statement: a notice needs both.
@@ -34,6 +34,12 @@ STANDING_BY_WORK_ID: Final = at_param(STANDING_TEMPLATE, 2)
 async def standing_by_work(db: Db, work_ids: Sequence[UUID], as_of: datetime) -> list[Standing]:
     """One Standing per work id, in key order; receipts by source, events by time then source."""
     return standing_from_rows(await db.fetch(STANDING_BY_WORK_ID, list(work_ids), as_of), work_ids)
+
+
+async def standing_at(db: Db, pairs: Sequence[tuple[UUID, datetime]]) -> list[Standing]:
+    """Each (work id, instant)'s Standing, in one statement whatever the number of instants."""
+    return [standing_from_rows(rows, [work_id])[0]
+            for rows, (work_id, _) in zip(await fetch_at_pairs(db, STANDING_TEMPLATE, pairs, key_type="uuid"), pairs)]
 
 
 def standing_from_rows(rows: Sequence[Any], work_ids: Sequence[UUID]) -> list[Standing]:

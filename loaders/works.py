@@ -6,20 +6,21 @@ from datetime import datetime
 from typing import Any, Final, Sequence
 from uuid import UUID
 
-from loaders.base import Db
+from loaders.base import Db, at_param, fetch_at_pairs
 from loaders.rows import Measurement, WorkSnapshot
 
-WORK_SNAPSHOTS_BY_ID: Final = """
+WORK_SNAPSHOTS_TEMPLATE: Final = """
 SELECT k.ord, s.work_id, s.observed_at, s.arxiv_id, s.doi, s.metadata_source, s.pith_arxiv_id, s.title, s.venue,
        s.year
 FROM unnest($1::uuid[]) WITH ORDINALITY AS k(work_id, ord)
 CROSS JOIN LATERAL (
     SELECT * FROM work_snapshots AS w
-    WHERE w.work_id = k.work_id AND w.observed_at <= $2
+    WHERE w.work_id = k.work_id AND w.observed_at <= $AS
     ORDER BY w.observed_at DESC
     LIMIT 1
 ) AS s
 """
+WORK_SNAPSHOTS_BY_ID: Final = at_param(WORK_SNAPSHOTS_TEMPLATE, 2)
 
 
 async def work_snapshots(db: Db, work_ids: Sequence[UUID], as_of: datetime) -> list[WorkSnapshot | None]:
@@ -27,6 +28,12 @@ async def work_snapshots(db: Db, work_ids: Sequence[UUID], as_of: datetime) -> l
     for row in await db.fetch(WORK_SNAPSHOTS_BY_ID, list(work_ids), as_of):
         found[row["ord"] - 1] = snapshot_from(row)
     return found
+
+
+async def work_snapshots_at(db: Db, pairs: Sequence[tuple[UUID, datetime]]) -> list[WorkSnapshot | None]:
+    """Each (work id, instant)'s snapshot, in one statement whatever the number of instants."""
+    return [snapshot_from(rows[0]) if rows else None
+            for rows in await fetch_at_pairs(db, WORK_SNAPSHOTS_TEMPLATE, pairs, key_type="uuid")]
 
 
 # A DOI's work (any letter case): of the works with that DOI at the instant, the latest described.

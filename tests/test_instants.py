@@ -88,6 +88,53 @@ async def test_nodes_answer_each_id_at_its_own_instant(travel):
         (may, citers_at(instant(MAY))), (feb, citers_at(instant(FEB)))]
 
 
+async def test_nodes_at_a_hundred_instants_cost_one_statement_a_kind(admin_url, statements):
+    from datetime import timedelta
+
+    from tests.graphs import BASE, Graph
+
+    # A paper cited by ten papers over ten weeks, each reference to a work of its own (described, checked
+    # and, for every other one, retracted a week after it was cited).
+    g, keys = Graph(), ["Paper:5700.00000"]
+    g.paper("5700.00000", "Cited at many instants")
+    for i in range(10):
+        at = BASE + timedelta(days=7 * i)
+        work = g.work("5700.00000", f"Instants work {i}", at=at)
+        g.receipts.append((work, "retraction_watch", at + timedelta(days=7)))
+        if i % 2 == 0:
+            g.events.append((work, "retraction_watch", "retraction", at + timedelta(days=7), at, None))
+        oid = g.cite(g.paper(f"5700.{i + 1:05d}", at=at), "5700.00000", 1, work=work, at=at)
+        keys += [f"CitationObservation:{oid}", f"Work:{work}", f"Paper:5700.{i + 1:05d}"]
+    url = await create_database(admin_url, "pith_test_instants")
+    conn = await asyncpg.connect(url)
+    try:
+        await g.write(conn)
+    finally:
+        await conn.close()
+    # 100 ids of every kind, each naming an instant of its own (a day apart, over the ten weeks and after).
+    ids = [encode_token(f"{keys[i % len(keys)]}@{(BASE + timedelta(days=i)).strftime('%Y-%m-%dT%H:%M:%SZ')}")
+           for i in range(100)]
+    query = """query($ids: [ID!]!) { nodes(ids: $ids) { id ... on Paper { title }
+      ... on CitationObservation { referenceIndex resolution { status } standingNotice { state } }
+      ... on Work { workTitle: title doi standing { events { eventType } } } } }"""
+    one = query.replace("query($ids: [ID!]!) { nodes(ids: $ids)", "query($id: ID!) { node(id: $id)")
+    try:
+        async for served in serve(url, statements):
+            statements.clear()
+            body = await served.graphql(query, {"ids": ids})
+            assert "errors" not in body, body
+            # Papers, observations, works and the works' standing: one statement each, for 100 instants.
+            assert len(statements.counted) <= 4, statements.counted
+            nodes = body["data"]["nodes"]
+            assert sum(n is not None for n in nodes) > 60 and any(n and n.get("standing") for n in nodes)
+            # Each answered as of its own instant, as node(id:) answers it alone.
+            for i in range(0, 100, 3):
+                alone = await served.graphql(one, {"id": ids[i]})
+                assert alone["data"]["node"] == nodes[i], ids[i]
+    finally:
+        await drop_database(admin_url, url)
+
+
 async def test_an_id_without_an_instant_still_means_now(travel):
     # The form every id had before instants were encoded: accepted, and answered as of now.
     old = encode_token(f"Paper:{ROOT}")
