@@ -8,6 +8,7 @@ order, then inbound).
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass
 from datetime import datetime
@@ -135,6 +136,9 @@ ORDER BY ch.at, ch.obs NULLS FIRST, ch.kind
 """
 
 
+ROWS_PER_TURN: Final = 50
+
+
 @dataclass(frozen=True)
 class Change:
     kind: str
@@ -155,6 +159,10 @@ async def record_changes(db: Db, arxiv_id: str, after: datetime, until: datetime
     """The first `limit` changes (all when None) of these kinds (all when None), oldest first."""
     rows: Sequence[Any] = await db.fetch(CHANGES, arxiv_id, after, until, limit,
                                          list(kinds) if kinds is not None else None)
-    return [Change(r["kind"], r["at"], observation_from(r) if r["observation_id"] is not None else None,
-                   _json(r["event"]), _json(r["measurement"]), _json(r["previous"]), _json(r["current"]))
-            for r in rows]
+    changes = []
+    for i, r in enumerate(rows):
+        if i and i % ROWS_PER_TURN == 0:
+            await asyncio.sleep(0)  # thousands of rows: other requests get the event loop between stretches
+        changes.append(Change(r["kind"], r["at"], observation_from(r) if r["observation_id"] is not None else None,
+                              _json(r["event"]), _json(r["measurement"]), _json(r["previous"]), _json(r["current"])))
+    return changes
