@@ -261,7 +261,7 @@ class PreparedFastPath:
         settle(governor, ticket, actual)
         result.extensions = {"cost": cost_extension(price, actual, _Statements(statements))}
         self.state.prepared.answered += 1
-        metrics.PREPARED.inc()
+        metrics.prepared_answer()
         report(operation, [masked(e, 0).extensions.get("code") for e in result.errors or ()], statements, actual,
                ticket.points, time.monotonic() - started)
         if result.errors is None:

@@ -22,6 +22,7 @@ from typing import Any
 from uvicorn.protocols.http import httptools_impl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from app import metrics
 from app.limits import BODY_TIMEOUT_SECONDS, HEAD_TIMEOUT_SECONDS, MAX_HEADER_BYTES, RETRY_AFTER_SECONDS
 
 
@@ -84,11 +85,14 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._heads_done = 0  # heads completed on this connection
         self._too_large = False
         self._timer: asyncio.TimerHandle | None = None  # the head's or the body's deadline
+        self._due: float | None = None  # the deadline a message still being read needs, armed once its chunk is read
         self._peer: str | None = None  # the untrusted address this connection is counted against
 
     # --- timeouts: a head must arrive within HEAD_TIMEOUT_SECONDS of its first byte (or of the connection
     # opening), a body within BODY_TIMEOUT_SECONDS of its head; uvicorn's timeout_keep_alive bounds the
-    # idle time between requests. A slow client is closed, not kept (slowloris).
+    # idle time between requests. A slow client is closed, not kept (slowloris). The parser's callbacks only
+    # say which deadline applies; it is armed after the chunk that began it is read, and only when the
+    # message is still incomplete then: a request that arrives whole (most do) sets no timer at all.
     def _arm(self, seconds: float) -> None:
         self._disarm()
         self._timer = self.loop.call_later(seconds, self._too_slow)
@@ -123,6 +127,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: Any) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        if metrics._tally.in_flight is not self.server_state.tasks:
+            metrics.watch_requests(self.server_state.tasks)
         self._peer = None
         peer = self.client[0] if self.client else None
         if peer is not None and not _trusted(peer):
@@ -149,7 +155,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         self._head = 0
-        self._arm(HEAD_TIMEOUT_SECONDS)
+        self._due = HEAD_TIMEOUT_SECONDS
         super().on_message_begin()
 
     def on_url(self, url: bytes) -> None:
@@ -163,11 +169,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._in_head, self._raw = False, 0
         self._heads_done += 1
-        self._arm(BODY_TIMEOUT_SECONDS)
+        self._due = BODY_TIMEOUT_SECONDS
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
         self._in_head = True  # what follows on this connection is the next request's head
+        self._due = None
         self._disarm()  # read: answering is the handler's (its deadline), idling uvicorn's keep-alive
         super().on_message_complete()
 
@@ -176,6 +183,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             return  # answered and closing: read nothing more
         in_head, heads = self._in_head, self._heads_done
         super().data_received(data)
+        if self._due is not None:  # a message begun or its head completed in this chunk, and not yet whole
+            self._arm(self._due)
+            self._due = None
         if in_head and self._in_head and heads == self._heads_done and not self._too_large:
             self._raw += len(data)
             if self._raw > self.limit:

@@ -25,7 +25,23 @@ def parse_arxiv_id(value: str) -> str:
     return value
 
 
+# Instants as clients send them, parsed: most requests repeat a few (a page's asOf, a script's instant).
+_PARSED: dict[str, datetime] = {}
+
+
 def parse_as_of(value: str | datetime) -> datetime:
+    if type(value) is str:
+        found = _PARSED.get(value)
+        if found is None:
+            found = _parse_as_of(value)
+            if len(_PARSED) >= 4096:
+                _PARSED.clear()
+            _PARSED[value] = found
+        return found
+    return _parse_as_of(value)
+
+
+def _parse_as_of(value: str | datetime) -> datetime:
     if isinstance(value, datetime):
         parsed = value
     else:

@@ -33,9 +33,19 @@ class Node:
         "(node(id:) answers as of it); read as of now, it names none (node(id:) answers as of now)."))
 
 
+_SUFFIXES: dict[datetime, str] = {}
+
+
 def pin_suffix(pinned: datetime | None) -> str:
     """What an id appends for its instant: "" as of now, "@2026-02-01T00:00:00Z" when pinned."""
-    return "" if pinned is None else "@" + as_of_text(pinned)
+    if pinned is None:
+        return ""
+    found = _SUFFIXES.get(pinned)
+    if found is None:
+        if len(_SUFFIXES) >= 4096:
+            _SUFFIXES.clear()
+        found = _SUFFIXES[pinned] = "@" + as_of_text(pinned)
+    return found
 
 
 def global_id(kind: str, key: str, pinned: datetime | None = None) -> strawberry.ID:
