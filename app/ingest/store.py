@@ -208,8 +208,14 @@ class Loader:
             if not self.all_new:
                 insert = f"WITH added AS ({insert} RETURNING *) INSERT INTO new_{t.name} SELECT * FROM added"
             status = await self.conn.execute(insert)
-            added += int(status.split()[-1])
+            inserted = int(status.split()[-1])
+            added += inserted
             if not t.values or not self.check_conflicts:
+                continue
+            # Every staged row (one per key) is one this insert added: none can say something else than a stored
+            # fact, and the join that looks for one (every staged row against the table) is not needed. A refresh
+            # (every fact at a new instant) and a first import are this case; an import again is not.
+            if self.staged_unique and inserted == await self.conn.fetchval(f"SELECT count(*) FROM stage_{t.name}"):
                 continue
             checks = [_conflict_sql(t)] if self.staged_unique else [_staged_conflict_sql(t), _conflict_sql(t)]
             for check in checks:
