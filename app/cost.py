@@ -367,18 +367,29 @@ async def data_scale(conn: Any) -> Scale:
                  papers=max(1, min(int(snapshots), MAX_NEIGHBOURHOOD_PAPERS)) if snapshots > 0 else 1)
 
 
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+
+
 def actual_units(data: Any, rows: int, statements: int = 0) -> int:
     """The work an operation did: the objects in its answer, the rows its statements returned (with the
     work charged beside them), and a fixed share per statement."""
     count = 0
     stack = [data]
+    push, leaves = stack.append, _LEAVES
     while stack:
         value = stack.pop()
-        if isinstance(value, dict):
+        kind = type(value)
+        if kind is dict or (kind is not list and isinstance(value, dict)):
             count += 1
-            stack.extend(v for v in value.values() if isinstance(v, (dict, list)))
-        elif isinstance(value, list):
-            stack.extend(v for v in value if isinstance(v, (dict, list)))
+            children = value.values()
+        elif kind is list or isinstance(value, list):
+            children = value
+        else:
+            continue
+        for child in children:  # a leaf's type is one of a few: one set lookup, not two isinstance calls
+            kind = type(child)
+            if kind not in leaves and (kind is dict or kind is list or isinstance(child, (dict, list))):
+                push(child)
     return max(0, count - 1) + rows + PRICES["statement"] * statements  # the data object itself is not one
 
 

@@ -33,7 +33,10 @@ from typing import Any
 
 import orjson
 from graphql import GraphQLError, OperationDefinitionNode, located_error
-from graphql.execution.values import get_variable_values
+from graphql import is_leaf_type, is_non_null_type
+from graphql.execution.get_variable_signature import get_variable_signature
+from graphql.execution.values import VariableValues, VariableValueSource, get_variable_values
+from graphql.pyutils import Undefined
 from starlette.middleware.gzip import GZipMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from strawberry.types import ExecutionResult
@@ -63,6 +66,62 @@ class Prepared:
     document: Any  # kept alive: the caches below are keyed by its identity
     operation: OperationDefinitionNode
     compiled: Compiled
+    variables: tuple[tuple[str, Any, Any, bool], ...] | None  # _variable_plan's, None: graphql-core coerces
+
+    def coerced(self, schema: Any, given: dict[str, Any]) -> Any:
+        """The variables coerced as graphql-core's get_variable_values coerces them (its VariableValues), or
+        a list of errors. Leaf variables without defaults (the ids, instants and counts clients send) are
+        coerced here with the leaf types' own coercion, each step as graphql-core takes it; any other
+        value, or one that does not coerce, goes to graphql-core itself (which says why)."""
+        plan = self.variables
+        if plan is not None:
+            sources: dict[str, VariableValueSource] = {}
+            coerced: dict[str, Any] = {}
+            for name, signature, leaf, non_null in plan:
+                value = given.get(name, Undefined)
+                if value is Undefined:
+                    if non_null:
+                        break
+                    sources[name] = VariableValueSource(signature)
+                    continue  # a nullable variable not given is omitted
+                sources[name] = VariableValueSource(signature, value)
+                if value is None:
+                    if non_null:
+                        break
+                    coerced[name] = None
+                    continue
+                if type(value) not in _LEAF_VALUES:
+                    break
+                try:
+                    result = leaf.coerce_input_value(value)
+                except Exception:  # noqa: BLE001 - graphql-core reports it
+                    break
+                if result is Undefined:
+                    break
+                coerced[name] = result
+            else:
+                return VariableValues(sources, coerced)
+        return get_variable_values(schema, self.operation.variable_definitions or (), given, max_errors=1)
+
+
+_LEAF_VALUES = frozenset({str, int, float, bool})
+
+
+def _variable_plan(schema: Any, operation: OperationDefinitionNode) -> tuple[tuple[str, Any, Any, bool], ...] | None:
+    """Each variable's name, signature, leaf type and nullness, when every variable is a leaf (a scalar or
+    an enum, non-null or not) without a default; None otherwise."""
+    plan = []
+    for definition in operation.variable_definitions or ():
+        signature = get_variable_signature(schema, definition)
+        if isinstance(signature, GraphQLError) or definition.default_value is not None:
+            return None
+        kind: Any = signature.type
+        non_null = is_non_null_type(kind)
+        leaf = kind.of_type if non_null else kind
+        if not is_leaf_type(leaf):
+            return None
+        plan.append((signature.name, signature, leaf, non_null))
+    return tuple(plan)
 
 
 class PreparedOperations:
@@ -88,7 +147,8 @@ class PreparedOperations:
             return
         if len(self.table) >= _MAX_PREPARED:
             self.table.clear()
-        self.table[(query, operation_name)] = Prepared(document, operations[0], compiled)
+        self.table[(query, operation_name)] = Prepared(document, operations[0], compiled,
+                                                       _variable_plan(schema, operations[0]))
 
 
 def _replay(messages: list[Message], receive: Receive) -> Receive:
@@ -187,8 +247,7 @@ class PreparedFastPath:
         if prepared is None:
             return None
         schema = self.state.schema._schema
-        coerced = get_variable_values(schema, prepared.operation.variable_definitions or (), variables or {},
-                                      max_errors=1)
+        coerced = prepared.coerced(schema, variables or {})
         if isinstance(coerced, list):
             return None
         try:  # priced as the pipeline prices it (the same function, the same cache)

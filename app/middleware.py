@@ -33,7 +33,12 @@ class RequestIdMiddleware:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        given = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
+        given, keyed = "", False
+        for name, value in scope["headers"]:  # one pass for the two headers this layer reads
+            if name == b"x-request-id":
+                given = value.decode("latin-1")
+            elif name == b"authorization":
+                keyed = True
         rid = given if given and len(given) <= 64 and given.replace("-", "").isalnum() else os.urandom(16).hex()
         token = request_id.set(rid)
         if self.traced:
@@ -49,15 +54,6 @@ class RequestIdMiddleware:
                 request_id.reset(token)
             return
 
-        keyed = any(name == b"authorization" for name, _ in scope["headers"])
-
-        async def send_with_id(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                message.setdefault("headers", [])
-                headers = list(message["headers"]) + [(b"x-request-id", rid.encode())]
-                message["headers"] = keyed_cache_rule(headers) if keyed else headers
-            await send(message)
-
         started = time.monotonic()
         status = 0
         sent = 0
@@ -70,11 +66,14 @@ class RequestIdMiddleware:
 
         async def send_logged(message: Message) -> None:
             nonlocal status, sent
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            elif message["type"] == "http.response.body":
+            kind = message["type"]
+            if kind == "http.response.body":
                 sent += len(message.get("body", b""))
-            await send_with_id(message)
+            elif kind == "http.response.start":
+                status = message["status"]
+                headers = [*message.get("headers", ()), (b"x-request-id", rid.encode())]
+                message["headers"] = keyed_cache_rule(headers) if keyed else headers
+            await send(message)
 
         try:
             await self.app(scope, receive, send_logged)
@@ -132,16 +131,28 @@ def _peer(scope: Scope) -> str | None:
     return peer[0] if peer else None
 
 
-def route_of(scope: Scope) -> str:
-    """The route template a request matched (a bounded label), `other` when none did."""
-    from starlette.routing import Match
+_ROUTES: dict[tuple[Any, str, str, str], str] = {}  # (app, type, method, path) -> template, as last matched
 
+
+def route_of(scope: Scope) -> str:
+    """The route template a request matched (a bounded label), `other` when none did. Matching a path
+    against every route is regular expressions per route: each path's answer is kept (a bounded table)."""
     app = scope.get("app")
-    for route in getattr(app, "routes", ()):
-        matched, _ = route.matches(scope)
-        if matched is Match.FULL:
-            return getattr(route, "path", "other")
-    return "other"
+    key = (app, scope["type"], scope.get("method", ""), scope["path"])
+    found = _ROUTES.get(key)
+    if found is None:
+        from starlette.routing import Match
+
+        found = "other"
+        for route in getattr(app, "routes", ()):
+            matched, _ = route.matches(scope)
+            if matched is Match.FULL:
+                found = getattr(route, "path", "other")
+                break
+        if len(_ROUTES) >= 4096:
+            _ROUTES.clear()
+        _ROUTES[key] = found
+    return found
 
 
 class BodyLimitAndCancelOnDisconnect:
