@@ -175,3 +175,105 @@ async def test_a_subscription_receives_the_six_new_citers_within_a_second_of_the
                 citers.add(message["payload"]["data"]["citationAdded"]["observation"]["citingPaper"]["arxivId"])
         assert time.monotonic() - loaded < 1.0, time.monotonic() - loaded
     assert len(citers) == 6
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def busy_pgbouncer(admin_url):
+    """A database of its own behind PgBouncer (the load it takes is this test's alone), and a server on it."""
+    url = await create_database(admin_url, "pith_test_pgb16")
+    conn = await asyncpg.connect(url)
+    try:
+        await load_file(conn, str(SEED))
+    finally:
+        await conn.close()
+    bouncer = PgBouncer(url)
+    server = LiveServer(bouncer.url, env={"PITH_DB_PREPARED_STATEMENTS": "0", "PITH_LISTEN_DATABASE_URL": url,
+                                          "PITH_WEBSOCKETS_PER_CLIENT": "200", "PITH_SUBSCRIPTIONS_PER_CLIENT": "400"})
+    yield server, url, bouncer
+    server.stop()
+    bouncer.stop()
+    await drop_database(admin_url, url)
+
+
+async def test_sixteen_clients_mixing_reads_and_subscriptions_for_a_minute_get_no_503(busy_pgbouncer):
+    """12 clients mixing lookups, records and search, 2 holding subscriptions for the whole minute and 2
+    opening, replaying (`after`) and closing them over and over, while a load lands: no request answered
+    other than 200 without errors, every held subscription receives every event, every replay is whole.
+    A bound, not a timing: how long anything took is not asserted."""
+    from app.live import encode_cursor
+    from tests.test_live import CITATIONS, Subscription, new_inbound_ids
+
+    server, url, bouncer = busy_pgbouncer
+    seconds = 60
+    queries = [
+        {"query": f'query Lookup {{ paper(arxivId: "{PAPER}") {{ title inbound(first: 3) {{ totalCount }} }} }}'},
+        {"query": f'{{ citationRecord(arxivId: "{PAPER}") {{ contextDigest }} }}'},
+        {"query": '{ searchPapers(query: "training", first: 5) { nodes { arxivId } } }'},
+        {"query": f'{{ paper(arxivId: "{PAPER}") {{ outbound(first: 5) {{ nodes {{ standingNotice {{ state }} }} }} }} }}'},
+    ]
+    records = "subscription($id: String!) { recordChanged(arxivId: $id) { cursor contextDigest } }"
+    failures: list[str] = []
+    answered = 0
+    replays = 0
+    stop = time.monotonic() + seconds
+
+    async def reader(n: int) -> None:
+        nonlocal answered
+        async with httpx.AsyncClient(base_url=server.base, timeout=30) as http:
+            i = n
+            while time.monotonic() < stop:
+                response = await http.post("/graphql", json=queries[i % len(queries)])
+                i += 1
+                body = response.json()
+                if response.status_code != 200 or body.get("errors"):
+                    failures.append(f"{response.status_code} {json.dumps(body)[:300]}")
+                answered += 1
+
+    async def logged(kind: str) -> int:
+        conn = await asyncpg.connect(url)
+        try:
+            return await conn.fetchval("SELECT count(*) FROM change_log WHERE kind = $1 AND arxiv_id = $2", kind, PAPER)
+        finally:
+            await conn.close()
+
+    async def replayer() -> None:
+        nonlocal replays
+        while time.monotonic() < stop - 5:
+            expected = await logged("citation_added")  # at least these: the replay from the start of the log
+            sub = await Subscription(server.base, CITATIONS, {"id": PAPER, "after": encode_cursor(0)}).start()
+            try:
+                await sub.wait_for(expected, timeout=20)
+                if sub.errors or len(sub.events) < expected:
+                    failures.append(f"replay: {len(sub.events)} of {expected} events, errors {sub.errors[:1]}")
+                replays += 1
+            finally:
+                await sub.close()
+
+    async def load_midway() -> None:
+        await asyncio.sleep(seconds / 4)
+        done = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "app.cli", "load", str(AUG9)],
+                                       env={**os.environ, "DATABASE_URL": bouncer.url,
+                                            "PITH_DB_PREPARED_STATEMENTS": "0"}, capture_output=True, timeout=120)
+        assert done.returncode == 0, done.stderr.decode()[-2000:]
+
+    held = [await Subscription(server.base, query, {"id": PAPER}).start()
+            for query in (CITATIONS, CITATIONS, records, records)]
+    try:
+        await asyncio.gather(*(reader(n) for n in range(12)), replayer(), replayer(), load_midway())
+        expected = len(new_inbound_ids())
+        for sub in held:
+            await sub.wait_for(expected if sub.query == CITATIONS else 1, timeout=30)
+        got = [len(s.events) for s in held]
+        errors = [s.errors for s in held if s.errors]
+    finally:
+        for sub in held:
+            await sub.close()
+    from tests.conftest import ROOT
+
+    (ROOT / "tests" / "artifacts").mkdir(parents=True, exist_ok=True)
+    (ROOT / "tests" / "artifacts" / "pgbouncer-16.json").write_text(json.dumps(
+        {"seconds": seconds, "requests": answered, "failed": len(failures), "replays": replays,
+         "held_events": got}, indent=2) + "\n")
+    assert not failures, f"{len(failures)} of {answered} requests and {replays} replays failed: {failures[:3]}"
+    assert got == [expected, expected, 1, 1] and not errors, (got, errors)
+    assert answered > 200 and replays >= 4, (answered, replays)
