@@ -155,7 +155,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
     from app.main import create_app
-    from app.protocol import BoundedHttpToolsProtocol
+    from app.protocol import BoundedHttpToolsProtocol, StoppingWebSockets
 
     # From the first moment: as PID 1 (a container) a signal with no handler is ignored, so SIGTERM
     # during start-up (embedded server, migrations, sample) would do nothing. Exiting normally lets the
@@ -197,6 +197,8 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
                 timeout_worker_healthcheck=WORKER_HEALTHCHECK_SECONDS,
                 # httptools with a bound on the request line and headers (431 past app.limits.MAX_HEADER_BYTES).
                 http=BoundedHttpToolsProtocol,
+                # SIGTERM: subscribers are told the cursor to resume from before their sockets close.
+                ws=StoppingWebSockets,
                 # Longer than the usual load balancer idle timeout (60 s), so the balancer closes first.
                 timeout_keep_alive=75,
                 # Subscription messages are small JSON: compressing each frame costs more than it saves.

@@ -34,7 +34,7 @@ from uuid import UUID, uuid4
 
 import asyncpg
 
-from app.db.pool import connection
+from app.db.pool import connection, governor_pool
 from app.limits import HEAVY_COST, HEAVY_PER_CLIENT, HEAVY_SLOTS
 
 log = logging.getLogger("pith.governor")
@@ -289,7 +289,7 @@ class Budgets:
         lease.spent = max(0, lease.spent - points)
 
     async def _claim(self, client_id: str, window: int, wanted: int, limit: int) -> tuple[int, int]:
-        pool = self._pool()
+        pool = governor_pool.get() or self._pool()
         if pool is None:
             raise ConnectionError("the database pool is not open")
         if self.local:
@@ -428,7 +428,7 @@ class Governor:
         async with self._key_lock:
             if self._key_table is not None and self._key_table_at >= asked:
                 return  # read by another request after this one asked
-            pool = self.pool()
+            pool = governor_pool.get() or self.pool()
             if pool is None:
                 raise ConnectionError("the database pool is not open")
             started = time.monotonic()

@@ -8,6 +8,11 @@ reconnects with back-off and reads from the last position it saw, so no row is l
 
 A subscriber is a bounded queue: one that falls QUEUE_SIZE rows behind is dropped with a reason
 rather than growing memory. A process holds at most MAX_SUBSCRIBERS subscriptions.
+
+Every way a subscription ends early (it fell behind, an event could not be read, the server stops) tells
+the subscriber the cursor to resume from (`after`), in its error's extensions. When the server stops
+(SIGTERM), every hub ends its subscriptions at once (server_stopping, called by the connections' protocols,
+app.protocol, before they close), and a WebSocket is closed 1012 with the reason naming that cursor.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import asyncio
 import binascii
 import contextlib
 import logging
+import weakref
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -23,7 +29,7 @@ from typing import Any
 import asyncpg
 
 from app.cursors import decode_token, encode_token
-from app.db.pool import connect
+from app.db.pool import Session, acquire_by_deadline, connect
 from app.limits import MAX_SUBSCRIBERS, MAX_SUBSCRIPTIONS_PER_CLIENT
 
 log = logging.getLogger("pith.live")
@@ -32,6 +38,14 @@ CHANNEL = "pith_changes"
 POLL_SECONDS = 5.0
 QUEUE_SIZE = 1_000
 SHARE_SECONDS = 5.0
+# A live session waits this long for a connection of the live pool (and never past its event's deadline).
+LIVE_ACQUIRE_SECONDS = 10.0
+# An event that cannot be read (no connection, the database restarting) is read again for this long
+# before its subscription ends, with the cursor to resume from.
+EVENT_RETRY_SECONDS = 60.0
+# When the server stops, a WebSocket's subscriptions have this long to tell their subscribers before it closes.
+CLOSE_SECONDS = 2.0
+STOPPING = "the server is restarting"
 ROWS = """SELECT position, kind, arxiv_id, observation_id, work_id, event_source, event_type, event_observed_at,
                  event_reported_at, event_notice_doi, committed_at
           FROM change_log WHERE position > $1 ORDER BY position LIMIT 5000"""
@@ -39,6 +53,11 @@ ROWS = """SELECT position, kind, arxiv_id, observation_id, work_id, event_source
 
 class LiveError(Exception):
     """A subscription that cannot go on (or start); the message says why and what to do."""
+
+
+def live_session(pool: asyncpg.Pool, statement_timeout_ms: int) -> Session:
+    """A read session on the live pool: a subscription's event, its replay, a live transport's operation."""
+    return Session(lambda: acquire_by_deadline(pool, LIVE_ACQUIRE_SECONDS), pool.release, statement_timeout_ms)
 
 
 def encode_cursor(position: int) -> str:
@@ -64,6 +83,8 @@ class Subscriber:
     queue: asyncio.Queue = field(default_factory=lambda: asyncio.Queue(QUEUE_SIZE))
     dropped: str | None = None
     owner: str | None = None  # the client (app.governor.Client.id) holding it
+    connection: object = None  # the live connection carrying it (a WebSocket's, a stream's)
+    last: int = 0  # the position it has handled up to: `after` for resuming it
 
 
 class Hub:
@@ -78,6 +99,7 @@ class Hub:
         self._task: asyncio.Task | None = None
         self._ready = asyncio.Event()
         self._shared: dict[tuple, asyncio.Future] = {}
+        self.stopping = asyncio.Event()  # the server stops: every subscription ends, telling its cursor
         self.listening = False  # the listener's connection is up
         self.caught_up_at: float | None = None  # when it last read to the end of the change log
         self._late = 0.0  # how late the rows of its last read were (0: there were none)
@@ -92,18 +114,28 @@ class Hub:
         return max(self._late, time.time() - self.caught_up_at)
 
     async def start(self) -> None:
+        _hubs.add(self)
         self._task = asyncio.create_task(self._run(), name="pith-live-hub")
 
+    def end_all(self, reason: str) -> None:
+        """End every subscription now (each at the next row it would handle), telling its cursor."""
+        self.stopping.set()
+        for subs in list(self.subscribers.values()):
+            for sub in subs:
+                sub.dropped = sub.dropped or reason
+                with contextlib.suppress(asyncio.QueueFull):  # full: `dropped` is checked before each row
+                    sub.queue.put_nowait(None)
+
+    def held_by(self, connection: object) -> list[Subscriber]:
+        return [sub for subs in self.subscribers.values() for sub in subs if sub.connection is connection]
+
     async def stop(self) -> None:
+        _hubs.discard(self)
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        for subs in self.subscribers.values():
-            for sub in subs:
-                sub.dropped = sub.dropped or "the server is shutting down; resubscribe with `after`"
-                with contextlib.suppress(asyncio.QueueFull):
-                    sub.queue.put_nowait(None)
+        self.end_all(STOPPING)
 
     async def ready(self, timeout: float = 10.0) -> None:
         """Wait until the hub listens (so that "from now on" has a position)."""
@@ -126,15 +158,17 @@ class Hub:
             asyncio.get_running_loop().call_later(SHARE_SECONDS, self._shared.pop, key, None)
         return await asyncio.shield(future)
 
-    def subscribe(self, kind: str, arxiv_id: str, owner: str | None = None) -> Subscriber:
+    def subscribe(self, kind: str, arxiv_id: str, owner: str | None = None, connection: object = None) -> Subscriber:
         """A new subscriber; refused past the process's limit, or past the owner's (one client's) share."""
+        if self.stopping.is_set():
+            raise LiveError(f"{STOPPING}; subscribe again in a moment (to another process)")
         if self.count >= MAX_SUBSCRIBERS:
             raise LiveError(f"this server process holds its limit of {MAX_SUBSCRIBERS} subscriptions; retry later "
                             "or connect to another process")
         if owner is not None and self.by_owner.get(owner, 0) >= self.per_owner:
             raise LiveError(f"this client holds its limit of {self.per_owner} subscriptions; end some "
                             "(complete them or close their connections) first")
-        sub = Subscriber(kind, arxiv_id, owner=owner)
+        sub = Subscriber(kind, arxiv_id, owner=owner, connection=connection, last=self.position)
         self.subscribers.setdefault((kind, arxiv_id), set()).add(sub)
         self.count += 1
         if owner is not None:
@@ -227,12 +261,70 @@ class Hub:
             try:
                 sub.queue.put_nowait(row)
             except asyncio.QueueFull:
-                sub.dropped = (f"this subscriber fell {QUEUE_SIZE} events behind and was dropped; resubscribe "
-                               "with `after` set to the last cursor it received")
+                sub.dropped = f"this subscriber fell {QUEUE_SIZE} events behind and was dropped"
                 self.unsubscribe(sub)
                 with contextlib.suppress(asyncio.QueueEmpty):
                     sub.queue.get_nowait()
                 sub.queue.put_nowait(None)
+
+
+_hubs: "weakref.WeakSet[Hub]" = weakref.WeakSet()  # the hubs of this process that are running
+
+
+def server_stopping() -> None:
+    """The server stops (SIGTERM): every running hub ends its subscriptions now, each telling its cursor,
+    while the connections that carry them are still open (app.protocol calls this before closing them)."""
+    for hub in list(_hubs):
+        if not hub.stopping.is_set():
+            log.info("stopping: ending %d subscriptions, each with the cursor to resume from", hub.count)
+            hub.end_all(STOPPING)
+
+
+class StoppableSocket:
+    """A WebSocket's `send`, which closes it 1012 with the cursor to resume from when the server stops
+    (close_when_told), and passes nothing more once it is closed."""
+
+    def __init__(self, hub: Hub | None, send: Any) -> None:
+        self.hub, self._send, self.closed = hub, send, False
+
+    async def send(self, message: dict) -> None:
+        if self.closed:
+            return
+        if message["type"] == "websocket.close":
+            self.closed = True
+        await self._send(message)
+
+    async def close(self, code: int, reason: str) -> None:
+        await self.send({"type": "websocket.close", "code": code, "reason": reason[:120]})
+
+    async def run(self, handler: Any) -> None:
+        """Run the socket's handler (a coroutine), closing it as told when the server stops meanwhile."""
+        if self.hub is None:
+            await handler
+            return
+        watcher = asyncio.ensure_future(close_when_told(self.hub, self, self.close))
+        try:
+            await handler
+        finally:
+            watcher.cancel()
+
+
+async def close_when_told(hub: Hub, connection: object, close: Any) -> None:
+    """A WebSocket's part of stopping: once its subscriptions have ended (each error, with its cursor, sent)
+    or CLOSE_SECONDS passed, `close(1012, reason)`; the reason names the cursor when it held one subscription."""
+    await hub.stopping.wait()
+    held = hub.held_by(connection)
+    loop = asyncio.get_running_loop()
+    until = loop.time() + CLOSE_SECONDS
+    while hub.held_by(connection) and loop.time() < until:
+        await asyncio.sleep(0.02)
+    await asyncio.sleep(0.1)  # the last error goes out after its subscriber has left the hub
+    cursors = {encode_cursor(sub.last) for sub in held}  # as they ended (an event being sent when told counts)
+    if len(cursors) == 1:
+        reason = f"{STOPPING}; resubscribe with after: {cursors.pop()}"
+    else:
+        reason = f"{STOPPING}; resubscribe with the `after` each subscription's error names"
+    await close(1012, reason)
 
 
 async def replay(conn: asyncpg.Connection, kind: str, arxiv_id: str, after: int) -> list[asyncpg.Record]:

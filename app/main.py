@@ -66,6 +66,8 @@ def create_app(settings: Settings | None = None, dsn: str | None = None, *,
         metrics.announce_build()
         state.pool = await create_pool(settings, dsn, init=pool_init)
         state.replicas = [await create_pool(settings, url, init=pool_init) for url in settings.replica_urls]
+        state.live_pool = await create_pool(settings, dsn, init=pool_init, min_size=min(1, settings.pool_min),
+                                            max_size=settings.live_pool_max)
         # Live changes are read from the primary: the change log is appended there, and a replica may
         # not have replayed a notified position yet.
         state.hub = Hub(settings.listen_database_url or dsn, per_owner=settings.subscriptions_per_client)
@@ -98,7 +100,8 @@ def create_app(settings: Settings | None = None, dsn: str | None = None, *,
             await asyncio.gather(scale_task, sample_task, return_exceptions=True)
             metrics.process_exits()
             await state.hub.stop()
-            pools, state.pool, state.replicas = [state.pool, *state.replicas], None, []
+            pools, state.pool, state.replicas = [state.pool, *state.replicas, state.live_pool], None, []
+            state.live_pool = None
             for pool in pools:
                 await close_pool(pool)
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from uvicorn.protocols.http import httptools_impl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 from app import metrics
 from app.limits import BODY_TIMEOUT_SECONDS, HEAD_TIMEOUT_SECONDS, MAX_HEADER_BYTES, RETRY_AFTER_SECONDS
@@ -192,6 +193,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                 self._too_large = True
                 self.send_400_response("")
 
+    def shutdown(self) -> None:
+        _stopping()  # streams (SSE, multipart) end their subscriptions with cursors while still open
+        super().shutdown()
+
     def send_400_response(self, msg: str) -> None:
         if not self._too_large:
             super().send_400_response(msg)
@@ -203,3 +208,25 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                              b"content-type: application/json; charset=utf-8\r\n"
                              b"content-length: " + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n" + body)
         self.transport.close()
+
+
+def _stopping() -> None:
+    """SIGTERM reached this connection: every subscription ends now, telling its cursor (app.live)."""
+    from app.live import server_stopping
+
+    server_stopping()
+
+
+class StoppingWebSockets(WebSocketsSansIOProtocol):
+    """uvicorn's WebSocket protocol, whose SIGTERM close (1012, no reason, at once) waits up to
+    app.live.CLOSE_SECONDS: the application closes the socket first, 1012 with the cursor to resume from
+    (app.live.StoppableSocket); a socket still open then is closed as uvicorn would."""
+
+    def shutdown(self) -> None:
+        from app.live import CLOSE_SECONDS
+
+        _stopping()
+        if self.handshake_complete and not self.close_sent:
+            asyncio.get_running_loop().call_later(CLOSE_SECONDS + 0.5, super().shutdown)
+            return
+        super().shutdown()

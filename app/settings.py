@@ -31,6 +31,9 @@ class Settings:
     data_dir: Path = field(default_factory=_default_data_dir)
     pool_min: int = 1
     pool_max: int = 10
+    # Connections of the live transports' own pool (subscriptions' events, replays, a WebSocket's key
+    # check), on the primary: live work never waits behind requests for one of theirs.
+    live_pool_max: int = 4
     statement_timeout_ms: int = 10_000
     cors_origins: tuple[str, ...] = ()
     cors_headers: tuple[str, ...] = ()  # request headers allowed besides app.cors.DEFAULT_HEADERS
@@ -82,6 +85,7 @@ class Settings:
             data_dir=Path(env["PITH_DATA_DIR"]) if env.get("PITH_DATA_DIR") else base.data_dir,
             pool_min=read.integer("PITH_POOL_MIN", base.pool_min, 0),
             pool_max=read.integer("PITH_POOL_MAX", base.pool_max, 1),
+            live_pool_max=read.integer("PITH_LIVE_POOL_MAX", base.live_pool_max, 1),
             statement_timeout_ms=read.integer("PITH_STATEMENT_TIMEOUT_MS", base.statement_timeout_ms, 1),
             cors_origins=read.checked("PITH_CORS_ORIGINS", cors_origins, ()),
             cors_headers=_split(env.get("PITH_CORS_HEADERS", "")),

@@ -4,6 +4,7 @@ schema, the governor, the persisted and prepared documents."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -19,7 +20,7 @@ from app.cost import DataScale
 from app.db.pool import Session, acquire_by_deadline, connect, connection
 from app.fastpath import PreparedOperations
 from app.governor import Client, Governor, parse_networks
-from app.live import Hub
+from app.live import LIVE_ACQUIRE_SECONDS, Hub, live_session
 from app.logs import note
 from app.persisted import PersistedDocuments, load_manifest
 from app.schema import make_schema
@@ -42,6 +43,7 @@ class App:
         self.dsn = dsn
         self.pool_init = pool_init
         self.pool: asyncpg.Pool | None = None
+        self.live_pool: asyncpg.Pool | None = None  # the live transports' own (PITH_LIVE_POOL_MAX), on the primary
         self.hub: Hub | None = None
         self.replicas: list[asyncpg.Pool] = []
         self._next_replica = 0
@@ -189,13 +191,23 @@ class App:
 
 
 class PrimaryReads:
-    """The application state, its sessions taken on the primary (for live operations)."""
+    """The application state, its sessions taken on the primary from the live pool (for live operations:
+    they never wait behind requests for a connection)."""
 
     def __init__(self, state: App) -> None:
         self._state = state
 
+    def _pool(self) -> asyncpg.Pool:
+        pool = self._state.live_pool or self._state.pool
+        if pool is None:
+            raise ConnectionError("the database pool is not open")
+        return pool
+
     def session(self, primary: bool = True) -> Session:
-        return self._state.session(primary=True)
+        return live_session(self._pool(), self._state.settings.statement_timeout_ms)
+
+    def connection(self) -> contextlib.AbstractAsyncContextManager[asyncpg.Connection]:
+        return connection(self._pool(), LIVE_ACQUIRE_SECONDS)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._state, name)

@@ -100,16 +100,17 @@ async def fifth_of_august(empty_database):
 class Subscription:
     """One graphql-transport-ws subscription on its own WebSocket, collecting (time, payload)."""
 
-    def __init__(self, base: str, query: str, variables: dict) -> None:
+    def __init__(self, base: str, query: str, variables: dict, init: dict | None = None) -> None:
         self.url = base.replace("http://", "ws://") + "/graphql"
         self.query, self.variables = query, variables
+        self.init = init  # the connection_init payload
         self.events: list[tuple[float, dict]] = []
         self.errors: list = []
         self.closed = asyncio.Event()
 
     async def start(self) -> "Subscription":
         self.ws = await websockets.connect(self.url, subprotocols=["graphql-transport-ws"])
-        await self.ws.send(json.dumps({"type": "connection_init"}))
+        await self.ws.send(json.dumps({"type": "connection_init", **({"payload": self.init} if self.init else {})}))
         assert json.loads(await self.ws.recv())["type"] == "connection_ack"
         await self.ws.send(json.dumps({"id": "1", "type": "subscribe",
                                        "payload": {"query": self.query, "variables": self.variables}}))
@@ -118,6 +119,7 @@ class Subscription:
         return self
 
     async def _read(self) -> None:
+        self.close_reason: tuple[int | None, str] | None = None
         try:
             async for raw in self.ws:
                 message = json.loads(raw)
@@ -130,8 +132,8 @@ class Subscription:
                     self.errors.append(message["payload"])
                 elif message["type"] == "complete":
                     break
-        except websockets.ConnectionClosed:
-            pass
+        except websockets.ConnectionClosed as exc:
+            self.close_reason = (exc.rcvd.code, exc.rcvd.reason) if exc.rcvd is not None else (None, "")
         finally:
             self.closed.set()
 
@@ -436,3 +438,121 @@ async def test_a_cursor_older_than_retention_is_told_to_refetch(fifth_of_august)
     late = await Subscription(server.base, CITATIONS, {"id": PAPER, "after": early}).start()
     await asyncio.wait_for(late.closed.wait(), 5)
     assert "CURSOR_EXPIRED" in json.dumps(late.errors) and "refetch" in json.dumps(late.errors), late.errors
+
+
+async def test_a_hundred_subscribers_under_twelve_http_clients_all_receive_every_event(fifth_of_august):
+    """Subscriptions do not wait on the requests' pool: 100 subscribers (some naming their key in
+    connection_init) while 12 HTTP clients keep every request connection busy all receive the six events
+    of a load, with no error; the HTTP clients get no error either."""
+    url, server = fifth_of_august
+    done = await asyncio.to_thread(pith_graph, "keys", "create", "--name", "live-load", "--points-per-hour",
+                                   "100000000", url=url)
+    assert done.returncode == 0, done.stderr.decode()
+    secret = done.stdout.decode().strip().splitlines()[-1]
+    queries = [
+        {"query": f'{{ paper(arxivId: "{PAPER}") {{ title inbound(first: 3) {{ totalCount }} }} }}'},
+        {"query": f'{{ citationRecord(arxivId: "{PAPER}") {{ contextDigest }} }}'},
+        {"query": '{ searchPapers(query: "training", first: 5) { nodes { arxivId } } }'},
+    ]
+    failures: list[str] = []
+    answered = 0
+    stop = asyncio.Event()
+
+    async def reader(n: int) -> None:
+        nonlocal answered
+        async with httpx.AsyncClient(base_url=server.base, timeout=30) as http:
+            i = n
+            while not stop.is_set():
+                response = await http.post("/graphql", json=queries[i % len(queries)])
+                i += 1
+                if response.status_code != 200 or response.json().get("errors"):
+                    failures.append(f"{response.status_code} {response.text[:300]}")
+                answered += 1
+
+    readers = [asyncio.create_task(reader(n)) for n in range(12)]
+    subs: list[Subscription] = []
+    try:
+        await asyncio.sleep(1.0)  # the requests hold the pool before anyone subscribes
+        for start in range(0, 100, 20):
+            subs += await asyncio.gather(*[
+                Subscription(server.base, CITATIONS, {"id": PAPER},
+                             init={"authorization": f"Bearer {secret}"} if (start + i) % 10 == 0 else None).start()
+                for i in range(20)])
+        await load_in_another_process(url, AUG9)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and any(len(s.events) < 6 and not s.errors for s in subs):
+            await asyncio.sleep(0.1)
+    finally:
+        stop.set()
+        await asyncio.gather(*readers, return_exceptions=True)
+        for s in subs:
+            await s.close()
+    errors = [s.errors for s in subs if s.errors]
+    assert not errors, (len(errors), errors[:2])
+    assert sorted(len(s.events) for s in subs) == [6] * 100
+    assert all({e["citationAdded"]["observation"]["observationId"] for _, e in s.events} == new_inbound_ids()
+               for s in subs)
+    assert not failures, (len(failures), answered, failures[:3])
+    assert answered > 12
+
+
+async def test_subscriptions_and_key_checks_do_not_wait_on_a_request_pool_held_by_requests(empty_database):
+    """Every connection of the requests' pool held (PITH_POOL_MAX requests waiting on a lock, far past the
+    5 s a pool wait may take): 100 subscribers still receive every event of a load, and WebSockets that name a key
+    created meanwhile (so it must be read) in connection_init are acknowledged. Live work has a pool of
+    its own (PITH_LIVE_POOL_MAX)."""
+    conn = await asyncpg.connect(empty_database)
+    await load_file(conn, str(SEED))
+    name = empty_database.split("?")[0].rsplit("/", 1)[1]
+    server = LiveServer(empty_database, env={"PITH_WEBSOCKETS_PER_CLIENT": "500", "PITH_SUBSCRIPTIONS_PER_CLIENT": "500",
+                                             "PITH_REQUEST_TIMEOUT": "120", "PITH_STATEMENT_TIMEOUT_MS": "120000"})
+    subs: list[Subscription] = []
+    locker = await asyncpg.connect(empty_database)
+    held: list[asyncio.Task] = []
+    try:
+        subs += await asyncio.gather(*[Subscription(server.base, CITATIONS, {"id": PAPER}).start() for _ in range(100)])
+        transaction = locker.transaction()
+        await transaction.start()
+        await locker.execute("LOCK TABLE persisted_queries IN ACCESS EXCLUSIVE MODE")
+
+        async def unknown_persisted(n: int) -> httpx.Response:
+            async with httpx.AsyncClient(base_url=server.base, timeout=120) as http:
+                return await http.post("/graphql", json={"extensions": {"persistedQuery": {
+                    "version": 1, "sha256Hash": f"{n:064x}"}}})
+
+        held = [asyncio.create_task(unknown_persisted(n)) for n in range(10)]
+        waiting = 0
+        for _ in range(300):  # until the whole pool (PITH_POOL_MAX, 10) waits on the lock
+            waiting = await conn.fetchval("SELECT count(*) FROM pg_stat_activity WHERE application_name = "
+                                          "'pith-graph' AND wait_event_type = 'Lock' AND datname = $1", name)
+            if waiting >= 10:
+                break
+            await asyncio.sleep(0.1)
+        assert waiting == 10, waiting
+        done = await asyncio.to_thread(pith_graph, "keys", "create", "--name", "held-pool", "--points-per-hour",
+                                       "1000000", url=empty_database)
+        assert done.returncode == 0, done.stderr.decode()
+        secret = done.stdout.decode().strip().splitlines()[-1]
+        keyed = await asyncio.wait_for(asyncio.gather(*[
+            Subscription(server.base, CITATIONS, {"id": PAPER}, init={"authorization": f"Bearer {secret}"}).start()
+            for _ in range(10)]), 30)
+        subs += keyed
+        await load_in_another_process(empty_database, AUG9)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and any(len(s.events) < 6 and not s.errors for s in subs):
+            await asyncio.sleep(0.1)
+        assert all(not t.done() for t in held)  # the requests' pool was held all along
+        errors = [s.errors for s in subs if s.errors]
+        assert not errors, (len(errors), errors[:2])
+        assert sorted(len(s.events) for s in subs) == [6] * 110
+        await transaction.rollback()
+        statuses = [(await t).status_code for t in held]
+        assert statuses == [200] * 10, statuses
+    finally:
+        for t in held:
+            t.cancel()
+        for s in subs:
+            await s.close()
+        await locker.close()
+        await conn.close()
+        server.stop()

@@ -45,3 +45,48 @@ async def test_a_request_still_running_at_the_end_of_the_grace_is_answered_in_js
         await locker.close()
         server.stop()
     assert "POST /graphql 503" in server.logs(), server.logs()[-2000:]
+
+
+async def test_sigterm_tells_every_subscriber_the_cursor_to_resume_from(database_url):
+    """SIGTERM with subscribers: each subscription ends with an error naming its `after` cursor (WebSocket
+    and SSE alike), and a WebSocket that held one is closed 1012 with the cursor in its reason."""
+    import json
+
+    from app.live import encode_cursor
+    from tests.test_live import CITATIONS, PAPER, Subscription
+
+    conn = await asyncpg.connect(database_url)
+    try:
+        position = await conn.fetchval("SELECT coalesce(max(position), 0) FROM change_log")
+    finally:
+        await conn.close()
+    cursor = encode_cursor(position)
+    server = LiveServer(database_url)
+    sse_errors: list = []
+    try:
+        one = await Subscription(server.base, CITATIONS, {"id": PAPER}).start()
+
+        async def listen() -> None:
+            async with httpx.AsyncClient(timeout=30) as client:
+                async with client.stream("POST", server.base + "/graphql", json={"query": CITATIONS,
+                                                                                  "variables": {"id": PAPER}},
+                                         headers={"accept": "text/event-stream"}) as response:
+                    async for line in response.aiter_lines():
+                        if line.startswith("data:") and line[5:].strip() not in ("", "{}"):
+                            data = json.loads(line[5:])
+                            sse_errors.extend(data.get("errors") or [])
+
+        streaming = asyncio.create_task(listen())
+        await asyncio.sleep(1.0)
+        server.process.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(one.closed.wait(), 15)
+        await asyncio.wait_for(one.ws.wait_closed(), 15)  # after the subscription's end, the socket's
+        await asyncio.wait_for(streaming, 15)
+        await asyncio.to_thread(server.process.wait, 30)
+    finally:
+        server.stop()
+    assert one.ws.close_code == 1012, (one.ws.close_code, one.ws.close_reason, one.errors)
+    assert cursor in one.ws.close_reason, (one.ws.close_reason, cursor)
+    told = [e for batch in one.errors for e in (batch if isinstance(batch, list) else [batch])]
+    assert [e["extensions"]["after"] for e in told] == [cursor], one.errors
+    assert [e["extensions"]["after"] for e in sse_errors] == [cursor], sse_errors

@@ -54,6 +54,12 @@ ACQUIRE_SECONDS: Final = 5.0
 request_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("request_deadline", default=None)
 
 
+# The pool the governor's own reads (keys, budget claims) take a connection from while a live transport's
+# connection runs (app.main.LiveGraphQL sets it to the live pool): a WebSocket's key check or a
+# subscription's claim never waits behind requests. None: the requests' pool.
+governor_pool: contextvars.ContextVar[asyncpg.Pool | None] = contextvars.ContextVar("governor_pool", default=None)
+
+
 class DeadlinePassed(Exception):
     """The request's deadline passed before a database connection was free (answered TIMEOUT, 504)."""
 

@@ -10,6 +10,7 @@ from strawberry.asgi import GraphQL as StrawberryGraphQL
 
 from app.context import Context
 from app.limits import MAX_SUBSCRIPTIONS_PER_CONNECTION
+from app.live import StoppableSocket
 from app.state import PrimaryReads
 
 if TYPE_CHECKING:
@@ -80,7 +81,8 @@ class LiveGraphQL(StrawberryGraphQL[Context, None]):
         # (app.pipeline.OperationSession), opened when it starts and closed when it ends.
         # Live operations read on the primary: the change log is appended there, and an event's row may
         # not be replayed on a replica yet when its notification arrives.
-        return self.state.context(client, hub=self.state.hub, per_connection=True, app=PrimaryReads(self.state))
+        return self.state.context(client, hub=self.state.hub, per_connection=True, app=PrimaryReads(self.state),
+                                  connection=request.scope.get("pith.connection"))
 
     async def reject_websocket(self, request: Any) -> Any:
         """A page on an origin not allowed: accepted only to close with a reason the page can read (a
@@ -110,6 +112,15 @@ class LiveGraphQL(StrawberryGraphQL[Context, None]):
         return await super().on_ws_connect(context)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        from app.db.pool import governor_pool
+
+        token = governor_pool.set(self.state.live_pool)  # its key checks and claims never wait behind requests
+        try:
+            await self._serve(scope, receive, send)
+        finally:
+            governor_pool.reset(token)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "websocket":
             try:
                 await super().__call__(scope, receive, send)
@@ -135,8 +146,9 @@ class LiveGraphQL(StrawberryGraphQL[Context, None]):
             return
         self.connections[client.id] = held + 1
         scope["pith.client"] = client
+        socket = scope["pith.connection"] = StoppableSocket(self.state.hub, send)
         try:
-            await super().__call__(scope, receive, send)
+            await socket.run(super().__call__(scope, receive, socket.send))
         finally:
             left = self.connections.get(client.id, 1) - 1
             if left > 0:

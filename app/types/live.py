@@ -7,7 +7,9 @@ change log after that cursor, then continues live; the seam is kept by position 
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import logging
 from collections.abc import AsyncGenerator
 from datetime import datetime, timedelta
 from typing import Annotated, Any
@@ -17,7 +19,7 @@ from graphql import GraphQLError
 from strawberry.types import Info
 
 from app import cursors, record
-from app.live import LiveError, decode_cursor, encode_cursor, replay
+from app.live import EVENT_RETRY_SECONDS, LiveError, decode_cursor, encode_cursor, replay
 from app.timeparse import BadInput, now_as_of, parse_arxiv_id
 from app.types.enums import WorkEventType
 from app.types.graph import CitationEdge, CitationObservation
@@ -29,9 +31,20 @@ AfterArg = Annotated[str | None, strawberry.argument(description=(
     "continue live. Without it, only events committed after the subscription starts are sent."))]
 
 
+log = logging.getLogger("pith.live")
+
+
 class SubscriptionError(GraphQLError):
-    def __init__(self, message: str, code: str = "BAD_USER_INPUT") -> None:
-        super().__init__(message, extensions={"code": code})
+    def __init__(self, message: str, code: str = "BAD_USER_INPUT", after: int | None = None) -> None:
+        extensions: dict[str, Any] = {"code": code}
+        if after is not None:  # a subscription that ended early: where to resume it
+            extensions["after"] = encode_cursor(after)
+            message = f"{message}; resubscribe with after: {extensions['after']}"
+        super().__init__(message, extensions=extensions)
+
+
+def _ended(sub: Any) -> SubscriptionError:
+    return SubscriptionError(sub.dropped or "the subscription ended", "SUBSCRIPTION_DROPPED", after=sub.last)
 
 
 @strawberry.type(description=(
@@ -104,30 +117,33 @@ async def _changes(info: Info, kind: str, arxiv_id: str, after: str | None) -> A
         start = decode_cursor(after) if after is not None else None
         await hub.ready()
         client = getattr(context, "client", None)
-        sub = hub.subscribe(kind, arxiv_id, client.id if client is not None else None)
+        sub = hub.subscribe(kind, arxiv_id, client.id if client is not None else None,
+                            getattr(context, "connection", None))
     except LiveError as exc:
         raise SubscriptionError(str(exc)) from None
     try:
-        last = hub.position  # only what is dispatched from here on, unless replaying
+        # sub.last: only what is dispatched from here on, unless replaying; each row is handled (sent, or
+        # found not visible) before the next, so resuming after sub.last loses nothing and repeats nothing.
         if start is not None:
-            async with context.app.pool.acquire(timeout=5) as conn:
+            async with context.app.connection() as conn:
                 try:
                     rows = await replay(conn, kind, arxiv_id, start)
                 except LiveError as exc:
                     raise SubscriptionError(str(exc), "CURSOR_EXPIRED") from None
-            last = start
+            sub.last = start
             for row in rows:
-                last = row["position"]
+                if sub.dropped:
+                    raise _ended(sub)
                 yield row
+                sub.last = row["position"]
         while True:
             row = await sub.queue.get()
-            if row is None:
-                raise SubscriptionError(sub.dropped or "the subscription ended; resubscribe with `after`",
-                                        "SUBSCRIPTION_DROPPED")
-            if row["position"] <= last:  # already replayed
+            if row is None or sub.dropped:
+                raise _ended(sub)
+            if row["position"] <= sub.last:  # already replayed
                 continue
-            last = row["position"]
             yield row
+            sub.last = row["position"]
     finally:
         hub.unsubscribe(sub)
 
@@ -172,15 +188,53 @@ async def _in_session(info: Info, rows: AsyncGenerator[Any, None], build) -> Asy
     context = info.context
     try:
         async for row in rows:
-            context.renew(context.app.session())
+            event = await _resolved(context, row, build)
             try:
-                event = await build(row, context)
                 if event is not None:
                     yield event
             finally:
                 await context.session.close()
     finally:
         await rows.aclose()
+
+
+def _unavailable() -> tuple[type[BaseException], ...]:
+    """What a read of an event may meet that a later try can pass: no connection free in time, a
+    connection lost, the database restarting or cancelling a statement."""
+    import asyncpg
+
+    from app.db.pool import DeadlinePassed, StatementTimeout
+
+    return (TimeoutError, OSError, ConnectionError, DeadlinePassed, StatementTimeout, asyncpg.InterfaceError,
+            asyncpg.PostgresConnectionError, asyncpg.CannotConnectNowError, asyncpg.QueryCanceledError,
+            asyncpg.AdminShutdownError)
+
+
+async def _resolved(context: Any, row: Any, build) -> Any:
+    """The row's event, built in a fresh session (left open for its fields: the caller closes it). A read
+    that fails as unavailable is tried again, with back-off, for EVENT_RETRY_SECONDS; past that (or when
+    the server stops) the subscription ends with the cursor just before this row, so resuming loses nothing."""
+    loop = asyncio.get_running_loop()
+    give_up = loop.time() + EVENT_RETRY_SECONDS
+    delay = 0.2
+    while True:
+        context.renew(context.app.session())
+        try:
+            return await build(row, context)
+        except _unavailable() as exc:
+            await context.session.close()
+            hub = context.hub
+            if loop.time() + delay > give_up or (hub is not None and hub.stopping.is_set()):
+                raise SubscriptionError(f"the event at position {row['position']} could not be read "
+                                        f"({type(exc).__name__})", "SUBSCRIPTION_DROPPED",
+                                        after=row["position"] - 1) from None
+            log.warning("event at position %d not read (%s); trying again in %.1f s", row["position"],
+                        type(exc).__name__, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+        except BaseException:
+            await context.session.close()
+            raise
 
 
 @strawberry.type(description="Live changes, pushed as they are committed (WebSocket, SSE or multipart HTTP).")
