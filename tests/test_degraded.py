@@ -125,3 +125,41 @@ async def test_a_subscription_resolves_events_long_after_its_first_deadline(seed
         await sub.close()
     finally:
         server.stop()
+
+
+async def test_an_event_that_cannot_be_read_now_is_read_again_and_only_a_lasting_failure_ends_it(monkeypatch):
+    """A subscription's event whose read fails as unavailable is read again (with back-off), each try in a
+    fresh session, the failed one closed; past EVENT_RETRY_SECONDS it ends, with the cursor that resumes
+    it at that event."""
+    from types import SimpleNamespace
+
+    from app.live import encode_cursor
+    from app.types import live as live_types
+
+    closed: list[object] = []
+
+    class Probe:
+        async def close(self) -> None:
+            closed.append(self)
+
+    context = SimpleNamespace(hub=None, app=SimpleNamespace(session=Probe), session=None)
+    context.renew = lambda session: setattr(context, "session", session)
+    tries: list[object] = []
+
+    async def flaky(row, ctx):
+        tries.append(ctx.session)
+        if len(tries) < 3:
+            raise (TimeoutError if len(tries) == 1 else asyncpg.CannotConnectNowError)("not now")
+        return "event"
+
+    assert await live_types._resolved(context, {"position": 7}, flaky) == "event"
+    assert len(set(map(id, tries))) == 3 and closed == tries[:2]  # the event's own session stays open
+
+    monkeypatch.setattr(live_types, "EVENT_RETRY_SECONDS", 0.5)
+
+    async def down(row, ctx):
+        raise ConnectionRefusedError("down")
+
+    with pytest.raises(live_types.SubscriptionError) as ended:
+        await live_types._resolved(context, {"position": 7}, down)
+    assert ended.value.extensions == {"code": "SUBSCRIPTION_DROPPED", "after": encode_cursor(6)}
