@@ -29,7 +29,8 @@ class Context:
     # A connection's context (a WebSocket's, an HTTP stream's): each operation runs in a copy of its own
     # (for_operation), with its own session, loaders, instant, charge and deadline.
     per_connection: bool = False
-    connection: Any = None  # the live connection carrying it (app.live.StoppableSocket): told as one when the server stops
+    # The live connection carrying it (app.live.StoppableSocket): told as one when the server stops.
+    connection: Any = None
 
     def __post_init__(self) -> None:
         if self.deadline_at is None:

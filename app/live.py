@@ -27,6 +27,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 import asyncpg
+from starlette.types import Message, Send
 
 from app.cursors import decode_token, encode_token
 from app.db.pool import Session, acquire_by_deadline, connect
@@ -100,6 +101,7 @@ class Hub:
         self._ready = asyncio.Event()
         self._shared: dict[tuple, asyncio.Future] = {}
         self.stopping = asyncio.Event()  # the server stops: every subscription ends, telling its cursor
+        self.left = asyncio.Event()  # set as a subscriber leaves
         self.listening = False  # the listener's connection is up
         self.caught_up_at: float | None = None  # when it last read to the end of the change log
         self._late = 0.0  # how late the rows of its last read were (0: there were none)
@@ -176,6 +178,7 @@ class Hub:
         return sub
 
     def unsubscribe(self, sub: Subscriber) -> None:
+        self.left.set()
         subs = self.subscribers.get((sub.kind, sub.arxiv_id))
         if subs is not None and sub in subs:
             subs.discard(sub)
@@ -268,7 +271,7 @@ class Hub:
                 sub.queue.put_nowait(None)
 
 
-_hubs: "weakref.WeakSet[Hub]" = weakref.WeakSet()  # the hubs of this process that are running
+_hubs: weakref.WeakSet[Hub] = weakref.WeakSet()  # the hubs of this process that are running
 
 
 def server_stopping() -> None:
@@ -284,10 +287,10 @@ class StoppableSocket:
     """A WebSocket's `send`, which closes it 1012 with the cursor to resume from when the server stops
     (close_when_told), and passes nothing more once it is closed."""
 
-    def __init__(self, hub: Hub | None, send: Any) -> None:
+    def __init__(self, hub: Hub | None, send: Send) -> None:
         self.hub, self._send, self.closed = hub, send, False
 
-    async def send(self, message: dict) -> None:
+    async def send(self, message: Message) -> None:
         if self.closed:
             return
         if message["type"] == "websocket.close":
@@ -317,7 +320,9 @@ async def close_when_told(hub: Hub, connection: object, close: Any) -> None:
     loop = asyncio.get_running_loop()
     until = loop.time() + CLOSE_SECONDS
     while hub.held_by(connection) and loop.time() < until:
-        await asyncio.sleep(0.02)
+        hub.left.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(hub.left.wait(), max(0.0, until - loop.time()))
     await asyncio.sleep(0.1)  # the last error goes out after its subscriber has left the hub
     cursors = {encode_cursor(sub.last) for sub in held}  # as they ended (an event being sent when told counts)
     if len(cursors) == 1:
