@@ -21,8 +21,10 @@ from graphql.pyutils import Path
 from graphql.pyutils import Undefined as _UNDEFINED
 from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
 
+from loaders.base import Turns
+
 _NOT_PLAIN = object()
-LIST_STRETCH = 50  # list items completed between turns of the event loop
+LONG_LIST = 50  # lists longer than this complete in stretches (app.limits.STRETCH_SECONDS)
 _getters: dict[GraphQLObjectType, dict[str, Callable[[Any], Any]]] = {}
 
 
@@ -185,11 +187,11 @@ class DirectExecutionContext(StrawberryGraphQLCoreExecutionContext):
 
     def complete_iterable_value(self, item_type, field_details_list, info, path, items,  # type: ignore[override]
                                 position_context):
-        """A long list completed in stretches of LIST_STRETCH items, the event loop free between them: a
+        """A long list completed in stretches of STRETCH_SECONDS, the event loop free between them: a
         heavy operation's thousand changes (or ten thousand papers) do not hold every other request of
         the process for the hundreds of milliseconds completing them takes in one go; and a deadline
         reached meanwhile cancels it between stretches."""
-        if not isinstance(items, (list, tuple)) or len(items) <= LIST_STRETCH \
+        if not isinstance(items, (list, tuple)) or len(items) <= LONG_LIST \
                 or self.get_stream_usage(field_details_list, path):
             return super().complete_iterable_value(item_type, field_details_list, info, path, items,
                                                    position_context)
@@ -199,10 +201,11 @@ class DirectExecutionContext(StrawberryGraphQLCoreExecutionContext):
 
             completed: list[Any] = []
             awaiting: list[int] = []
+            turns = Turns()
             try:
                 for index, item in enumerate(items):
-                    if index and index % LIST_STRETCH == 0:
-                        await asyncio.sleep(0)
+                    if turns.due():
+                        await turns.take()
                     item_path = path.add_key(index, None)
                     if self.is_awaitable(item):
                         completed.append(self.complete_awaitable_list_item_value(

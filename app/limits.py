@@ -47,6 +47,9 @@ WORKER_HEALTHCHECK_SECONDS: Final = 30  # a worker silent this long is replaced 
 HEAVY_COST: Final = 5_000  # operations priced above this are heavy: they take a heavy slot
 HEAVY_PER_CLIENT: Final = 1  # heavy operations one client may run at once (the rest wait their turn)
 HEAVY_SLOTS: Final = 2  # heavy operations running at once per process: the rest of the pool stays for lookups
+# Python work one operation does between turns of the event loop (completing a long list, converting
+# thousands of rows): every other request of the process waits at most about this long per turn.
+STRETCH_SECONDS: Final = 0.005
 MEMORY_BOUND_MB: Final = 800  # the documented bound on a process's peak RSS under hostile load (bench/governance.py)
 
 # --- what one client may hold --------------------------------------------------------------------

@@ -256,7 +256,7 @@ class Query:
     ) -> RecordDiff | None:
         from app import record
         from app.jsonpatch import diff
-        from loaders.base import charge
+        from loaders.base import Turns, charge
         from loaders.changes import record_changes
 
         if to < from_:
@@ -281,10 +281,10 @@ class Query:
         # The changes statement scans every observation of the paper (and their facts), whatever it returns.
         charge(context.session, 2 * (after.counts.inbound + after.counts.outbound))
         built = []
-        for i, change in enumerate(changes[:max_changes]):
+        turns = Turns()  # other requests get the event loop between stretches
+        for change in changes[:max_changes]:
+            await turns.take()
             built.append(RecordChange.of(change, to))
-            if i % 200 == 199:
-                await asyncio.sleep(0)  # other requests get the event loop between stretches
         return RecordDiff(from_=from_, to=to, from_context_digest=old["context_digest"] if old else None,
                           to_context_digest=new["context_digest"], patch=patch, changes=built,
                           changes_truncated=len(changes) > max_changes)

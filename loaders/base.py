@@ -8,7 +8,11 @@ for).
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any, Protocol, Sequence
+
+from app.limits import STRETCH_SECONDS
 
 
 class Db(Protocol):
@@ -22,6 +26,24 @@ TIMELINE_ENTRY_UNITS = 150  # a timeline entry's record: its statements are shar
 # Rows an index walk inside one statement visits per work unit (an aggregate or a join the database does
 # without sending the rows: citationsByYear's count of a paper's citers).
 ROWS_PER_UNIT = 8
+
+
+class Turns:
+    """Long Python work in stretches of STRETCH_SECONDS: `await turns.take()` between items gives the
+    event loop to the process's other requests once the stretch is used up (a no-op before)."""
+
+    __slots__ = ("since",)
+
+    def __init__(self) -> None:
+        self.since = time.perf_counter()
+
+    def due(self) -> bool:
+        return time.perf_counter() - self.since >= STRETCH_SECONDS
+
+    async def take(self) -> None:
+        if self.due():
+            await asyncio.sleep(0)
+            self.since = time.perf_counter()
 
 
 def scanned(rows: int) -> int:

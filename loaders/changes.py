@@ -8,13 +8,12 @@ order, then inbound).
 
 from __future__ import annotations
 
-import asyncio
 import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, Sequence
 
-from loaders.base import Db
+from loaders.base import Db, Turns
 from loaders.citations import _DETAIL_COLUMNS, detail_joins, observation_from
 from loaders.rows import UNRESOLVED, Observation
 
@@ -136,9 +135,6 @@ ORDER BY ch.at, ch.obs NULLS FIRST, ch.kind
 """
 
 
-ROWS_PER_TURN: Final = 50
-
-
 @dataclass(frozen=True)
 class Change:
     kind: str
@@ -160,9 +156,9 @@ async def record_changes(db: Db, arxiv_id: str, after: datetime, until: datetime
     rows: Sequence[Any] = await db.fetch(CHANGES, arxiv_id, after, until, limit,
                                          list(kinds) if kinds is not None else None)
     changes = []
-    for i, r in enumerate(rows):
-        if i and i % ROWS_PER_TURN == 0:
-            await asyncio.sleep(0)  # thousands of rows: other requests get the event loop between stretches
+    turns = Turns()  # thousands of rows: other requests get the event loop between stretches
+    for r in rows:
+        await turns.take()
         changes.append(Change(r["kind"], r["at"], observation_from(r) if r["observation_id"] is not None else None,
                               _json(r["event"]), _json(r["measurement"]), _json(r["previous"]), _json(r["current"])))
     return changes

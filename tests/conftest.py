@@ -306,9 +306,13 @@ class LiveServer:
     """`pith-graph serve` in a subprocess, on a free port of 127.0.0.1."""
 
     def __init__(self, database_url: str, env: dict[str, str] | None = None, expect_5xx: bool = False,
-                 stdout: bool = False) -> None:
+                 stdout: bool = False, nofile: int | None = None, start_seconds: float = 30) -> None:
+        import resource
         import subprocess
         import sys
+
+        def limits() -> None:  # `ulimit -n` for the server (and its workers): its file descriptors
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
 
         self.expect_5xx = expect_5xx
 
@@ -320,10 +324,11 @@ class LiveServer:
             [sys.executable, "-m", "app.cli", "serve", "--port", str(self.port)],
             env={**os.environ, "DATABASE_URL": database_url, **(env or {})},
             stdout=self.log if stdout else subprocess.DEVNULL, stderr=self.log,
+            preexec_fn=limits if nofile is not None else None,
         )
         import time
 
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + start_seconds
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError("server exited: " + self.logs())
@@ -333,7 +338,7 @@ class LiveServer:
             except httpx.HTTPError:
                 time.sleep(0.1)
         self.stop()
-        raise RuntimeError("server did not start in 30 s")
+        raise RuntimeError(f"server did not start in {start_seconds:.0f} s")
 
     def logs(self) -> str:
         if not self.log.closed:
