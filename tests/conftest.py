@@ -331,7 +331,9 @@ class LiveServer:
         deadline = time.monotonic() + start_seconds
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError("server exited: " + self.logs())
+                told = self.logs()
+                self.log.close()
+                raise RuntimeError("server exited: " + told)
             try:
                 if httpx.get(self.base + "/healthz", timeout=1).status_code == 200:
                     return

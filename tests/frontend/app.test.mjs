@@ -82,7 +82,7 @@ test.after(async () => {
   await api?.exited;
   app.close();
   const logs = readFileSync(LOG, "utf8");
-  assert.doesNotMatch(logs, /Traceback|ERROR|Exception| 5\d\d /, logs.slice(-4000));
+  assert.doesNotMatch(logs, /Traceback|ERROR|Exception|(?:GET|POST|HEAD|OPTIONS) \S+ 5\d\d /, logs.slice(-4000));
   assert.match(logs, /OPTIONS \/graphql 200/, "the browser sent preflights");
 });
 
