@@ -189,10 +189,24 @@ async def test_a_page_is_one_statement_and_cursors_belong_to_their_order(synthet
     assert response.status_code < 500 and "errors" in response.json(), response.text
 
 
-async def test_kept_inbound_totals_follow_every_writer(synthetic):
+@pytest_asyncio.fixture(loop_scope="session")
+async def written(admin_url):
+    """The module's graph in a database of the test's own, for a test that writes to it."""
+    url = await synthetic_database(admin_url, "pith_test_browse_w", 400, 29)
+    conn = await asyncpg.connect(url)
+    try:
+        high = await conn.fetchval("SELECT max(observed_at) FROM paper_snapshots")
+    finally:
+        await conn.close()
+    async for served in serve(url, StatementLog()):
+        yield served, url, high
+    await drop_database(admin_url, url)
+
+
+async def test_kept_inbound_totals_follow_every_writer(written):
     """Hand-written SQL: a reference whose citing paper has no snapshot yet counts once the paper arrives
     (the database moves its visibility); a deleted one stops counting."""
-    served, url, high = synthetic
+    served, url, high = written
     conn = await asyncpg.connect(url)
     try:
         cited = await conn.fetchval("SELECT cited_arxiv_id FROM citation_observations WHERE cited_arxiv_id IS NOT "
@@ -225,15 +239,6 @@ async def test_kept_inbound_totals_follow_every_writer(synthetic):
                                 'submittedFrom: "%s"}) { edges { inboundCount node { arxivId inbound { totalCount } } } } }'
                                 % z(at - timedelta(seconds=1)))
     edges = body["data"]["browsePapers"]["edges"]
-    conn = await asyncpg.connect(url)
-    try:  # the module's graph back as it was, for the tests that count its papers (in any order)
-        await conn.execute("DELETE FROM resolutions WHERE observation_id = ANY($1::uuid[])", oids)
-        await conn.execute("DELETE FROM citation_observations WHERE observation_id = ANY($1::uuid[])", oids)
-        await conn.execute("DELETE FROM paper_snapshots WHERE arxiv_id = '9912.00001'")
-        await conn.execute("DELETE FROM paper_inbound_totals WHERE arxiv_id = '9912.00001'")
-        assert await conn.fetchval("SELECT total FROM paper_inbound_totals WHERE arxiv_id = $1", cited) == before
-    finally:
-        await conn.close()
     assert [e["node"]["arxivId"] for e in edges] == ["9912.00001"] and edges[0]["inboundCount"] == 0
 
 

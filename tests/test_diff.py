@@ -95,13 +95,19 @@ async def expected_changes(url: str, paper: str, after: datetime, until: datetim
         await conn.close()
 
 
-SEEN: dict[str, int] = {"no record at to": 0, "diffs": 0, "with changes": 0, "from a record": 0,
-                        "patch operations": 0}
+@pytest.fixture
+def seen():
+    """What the examples drew, checked once they have all run: most pairs compared two real records with
+    changes between them."""
+    seen = {"no record at to": 0, "diffs": 0, "with changes": 0, "from a record": 0, "patch operations": 0}
+    yield seen
+    assert seen["diffs"] >= EXAMPLES // 4 and seen["from a record"] >= EXAMPLES // 8, seen
+    assert seen["with changes"] >= EXAMPLES // 8 and seen["patch operations"] > 0, seen
 
 
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
-async def test_the_patch_rebuilds_the_later_record_and_the_changes_are_its_facts(synthetic, data):
+async def test_the_patch_rebuilds_the_later_record_and_the_changes_are_its_facts(synthetic, seen, data):
     served, url, papers, low, high, times = synthetic
     near = st.builds(lambda t, shift: t + timedelta(seconds=shift), st.sampled_from(times),
                      st.integers(-14 * 86400, 14 * 86400))
@@ -113,13 +119,13 @@ async def test_the_patch_rebuilds_the_later_record_and_the_changes_are_its_facts
     data_ = body["data"]
     if data_["b"] is None:
         assert data_["recordDiff"] is None
-        SEEN["no record at to"] += 1
+        seen["no record at to"] += 1
         return
     diff = data_["recordDiff"]
-    SEEN["diffs"] += 1
-    SEEN["with changes"] += bool(diff["changes"])
-    SEEN["from a record"] += data_["a"] is not None
-    SEEN["patch operations"] += len(diff["patch"])
+    seen["diffs"] += 1
+    seen["with changes"] += bool(diff["changes"])
+    seen["from a record"] += data_["a"] is not None
+    seen["patch operations"] += len(diff["patch"])
     assert diff["toContextDigest"] == data_["b"]["contextDigest"]
     assert diff["fromContextDigest"] == (data_["a"]["contextDigest"] if data_["a"] else None)
     start = json.loads(data_["a"]["canonicalJson"]) if data_["a"] else {}
@@ -140,12 +146,6 @@ async def test_the_patch_rebuilds_the_later_record_and_the_changes_are_its_facts
     for kind, number in expected.items():
         if isinstance(number, int):
             assert len(kinds.get(kind, [])) == number, (kind, len(kinds.get(kind, [])), number)
-
-
-async def test_the_examples_were_not_trivial():
-    """Most drawn pairs must have compared two real records with changes between them."""
-    assert SEEN["diffs"] >= EXAMPLES // 4 and SEEN["from a record"] >= EXAMPLES // 8, SEEN
-    assert SEEN["with changes"] >= EXAMPLES // 8 and SEEN["patch operations"] > 0, SEEN
 
 
 async def test_a_diff_costs_at_most_two_records_and_one_statement(synthetic):
@@ -208,18 +208,26 @@ def parse_whole(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
-TIMELINE_SEEN = {"papers": 0, "entries": 0, "capped papers": 0, "between": 0}
+@pytest.fixture
+def timelines_seen():
+    """What the timeline examples drew, checked once they have all run: not trivial."""
+    seen = {"papers": 0, "entries": 0, "capped papers": 0, "between": 0}
+    yield seen
+    assert seen["entries"] >= 5 * seen["papers"] > 0, seen
+    assert seen["between"] >= seen["papers"], seen
+    assert seen["capped papers"] >= 1, seen  # a paper beyond the inbound cap was drawn
 
 
 @settings(max_examples=max(EXAMPLES // 2, 6), deadline=None, derandomize=True,
           suppress_health_check=list(HealthCheck))
 @given(data=st.data())
-async def test_each_timeline_entry_is_a_change_and_nothing_changes_between_entries(synthetic, data):
+async def test_each_timeline_entry_is_a_change_and_nothing_changes_between_entries(synthetic, timelines_seen,
+                                                                                    data):
     served, url, papers, low, high, _ = synthetic
     paper = data.draw(st.sampled_from([await most_cited(url), *papers]))
     entries = await whole_timeline(served, paper, first=data.draw(st.sampled_from([3, 100])))
-    TIMELINE_SEEN["papers"] += 1
-    TIMELINE_SEEN["entries"] += len(entries)
+    timelines_seen["papers"] += 1
+    timelines_seen["entries"] += len(entries)
     ats = [e["at"] for e in entries]
     assert ats == sorted(set(ats)), "entries are distinct instants, oldest first"
     before = [whole(parse_whole(a) - timedelta(seconds=1)) for a in ats]
@@ -230,7 +238,7 @@ async def test_each_timeline_entry_is_a_change_and_nothing_changes_between_entri
         assert steady(now) != steady(then), f"the record at {entry['at']} is the one a second earlier"
         assert entry["kinds"], entry
     if any(len(r["inbound"]) < r["coverage"][2]["denominator"] for r in at_entry if r):
-        TIMELINE_SEEN["capped papers"] += 1
+        timelines_seen["capped papers"] += 1
     # Random instants between entries (and after the last) show the earlier entry's record.
     probes, expected = [], []
     bounds = list(zip(ats, ats[1:] + [whole(high)]))
@@ -247,13 +255,7 @@ async def test_each_timeline_entry_is_a_change_and_nothing_changes_between_entri
         expected.append(None)
     for probe, want, got in zip(probes, expected, await records_at(served, paper, probes)):
         assert steady(got) == want, f"the record changed at {probe}, between timeline entries"
-        TIMELINE_SEEN["between"] += 1
-
-
-async def test_timelines_were_not_trivial():
-    assert TIMELINE_SEEN["entries"] >= 5 * TIMELINE_SEEN["papers"] > 0, TIMELINE_SEEN
-    assert TIMELINE_SEEN["between"] >= TIMELINE_SEEN["papers"], TIMELINE_SEEN
-    assert TIMELINE_SEEN["capped papers"] >= 1, TIMELINE_SEEN  # a paper beyond the inbound cap was drawn
+        timelines_seen["between"] += 1
 
 
 async def test_a_timeline_window_is_the_slice_of_the_whole(synthetic):
