@@ -48,7 +48,7 @@ EVENT_RETRY_SECONDS = 60.0
 CLOSE_SECONDS = 2.0
 STOPPING = "the server is restarting"
 ROWS = """SELECT position, kind, arxiv_id, observation_id, work_id, event_source, event_type, event_observed_at,
-                 event_reported_at, event_notice_doi, committed_at
+                 event_reported_at, event_notice_doi, event_ended_at, committed_at
           FROM change_log WHERE position > $1 ORDER BY position LIMIT 5000"""
 
 

@@ -155,6 +155,55 @@ async def test_standing_changed_fires_when_retraction_watch_is_imported(admin_ur
         await drop_database(admin_url, url)
 
 
+async def test_standing_changed_announces_an_events_end(admin_url, tmp_path):
+    """A Retraction Watch row withdrawn from the next file (constructed rows): its retraction ends at that
+    check, and a live standingChanged subscriber hears of the end as it heard of the event."""
+    url = await sample_database(admin_url, "pith_test_src_live_end")
+    server = LiveServer(url)
+    other = {"RetractionDate": "1/2/2021 0:00", "RetractionDOI": "10.9999/r.other", "OriginalPaperDOI": "10.1000/other.1",
+             "RetractionNature": "Retraction"}
+    first, second = tmp_path / "rw-aug.csv", tmp_path / "rw-sep.csv"
+    first.write_text(rw_csv([{"RetractionDate": "8/7/2026 0:00", "RetractionDOI": "10.9999/r.2",
+                              "OriginalPaperDOI": "10.48550/arXiv.2402.15627", "RetractionNature": "Retraction"}, other]))
+    second.write_text(rw_csv([other]))  # the row of 10.48550/arXiv.2402.15627 withdrawn
+    asked = """subscription { standingChanged(arxivId: "%s") {
+      cursor standing endedAt event { eventType source observedAt noticeDoi } } }""" % CITING
+    try:
+        ws_url = server.base.replace("http://", "ws://") + "/graphql"
+        async with websockets.connect(ws_url, subprotocols=["graphql-transport-ws"]) as ws:
+            await ws.send(json.dumps({"type": "connection_init"}))
+            assert json.loads(await ws.recv())["type"] == "connection_ack"
+            await ws.send(json.dumps({"id": "1", "type": "subscribe", "payload": {"query": asked}}))
+            await asyncio.sleep(0.5)
+            heard = []
+            for path, at in ((first, "2026-08-10T00:00:00Z"), (second, "2026-09-10T00:00:00Z")):
+                await asyncio.to_thread(imported, url, "retraction-watch", str(path), at=at)
+                while True:
+                    message = json.loads(await asyncio.wait_for(ws.recv(), 10))
+                    assert message["type"] == "next", message
+                    heard.append(message["payload"]["data"]["standingChanged"])
+                    break
+        event = {"eventType": "RETRACTION", "source": "retraction_watch", "observedAt": "2026-08-10T00:00:00Z",
+                 "noticeDoi": "10.9999/r.2"}
+        assert [(h["standing"], h["endedAt"], h["event"]) for h in heard] == [
+            (True, None, event), (False, "2026-09-10T00:00:00Z", event)]
+        # The end is in the change log after the event: resuming from the event's cursor replays the end alone.
+        async with websockets.connect(ws_url, subprotocols=["graphql-transport-ws"]) as ws:
+            await ws.send(json.dumps({"type": "connection_init"}))
+            assert json.loads(await ws.recv())["type"] == "connection_ack"
+            await ws.send(json.dumps({"id": "2", "type": "subscribe", "payload": {"query": asked.replace(
+                "standingChanged(arxivId: \"%s\")" % CITING,
+                "standingChanged(arxivId: \"%s\", after: \"%s\")" % (CITING, heard[0]["cursor"]))}}))
+            message = json.loads(await asyncio.wait_for(ws.recv(), 10))
+            assert message["type"] == "next", message
+            replayed = message["payload"]["data"]["standingChanged"]
+            assert (replayed["standing"], replayed["endedAt"], replayed["cursor"]) == (False, "2026-09-10T00:00:00Z",
+                                                                                     heard[1]["cursor"])
+    finally:
+        server.stop()
+        await drop_database(admin_url, url)
+
+
 async def test_retraction_watch_quirks(seeded, tmp_path):
     url, served = seeded
     rows = [

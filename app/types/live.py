@@ -67,12 +67,19 @@ class CitationAddedEvent:
         "Paper.inbound's totalCount (no filter) with this observation, at the event's position."))
 
 
-@strawberry.type(description="A new event (retraction, correction, ...) on a work this paper cites.")
+@strawberry.type(description=(
+    "An event (retraction, correction, ...) on a work this paper cites began or ended: a source reported it, or "
+    "a later check of the same source no longer reported it (docs/standing.md)."))
 class StandingChangedEvent:
     cursor: str = strawberry.field(description="Position in the change log; pass it as `after` to resume.")
     observation: CitationObservation = strawberry.field(description=(
         "The paper's first reference (in record order) to the work, as of when the event is sent."))
-    event: WorkEvent = strawberry.field(description="The event.")
+    event: WorkEvent = strawberry.field(description="The event (for an end: the event that ended).")
+    standing: bool = strawberry.field(description=(
+        "True when the event is new; false when it ended (OpenAlex is_retracted true, then false; a Retraction "
+        "Watch row withdrawn): from endedAt on it no longer counts toward the work's standing."))
+    ended_at: datetime | None = strawberry.field(description=(
+        "The check of the event's source that no longer reported it (null for a new event)."))
 
 
 @strawberry.type(description="An import changed the paper's current record.")
@@ -257,7 +264,7 @@ class Subscription:
 
     @strawberry.subscription(description=(
         "New events (retraction, correction, expression of concern, withdrawal, reinstatement) on works this "
-        "paper cites."))
+        "paper cites, and their ends (`standing: false`) when a source's later check no longer reports them."))
     async def standing_changed(self, info: Info, arxiv_id: ArxivIdArg,
                                after: AfterArg = None) -> AsyncGenerator[StandingChangedEvent, None]:
         async def build(row: Any, context: Any) -> StandingChangedEvent | None:
@@ -267,8 +274,10 @@ class Subscription:
             event = WorkEvent(event_type=WorkEventType(row["event_type"]), source=row["event_source"],
                               observed_at=row["event_observed_at"], reported_at=row["event_reported_at"],
                               notice_doi=row["event_notice_doi"])
+            ended = row["event_ended_at"]
             return StandingChangedEvent(cursor=encode_cursor(row["position"]),
-                                        observation=CitationObservation.of(found, context.now, pinned=False), event=event)
+                                        observation=CitationObservation.of(found, context.now, pinned=False), event=event,
+                                        standing=ended is None, ended_at=ended)
 
         async for event in _in_session(info, _changes(info, "standing_changed", _paper(arxiv_id), after), build):
             yield event
