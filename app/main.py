@@ -66,8 +66,10 @@ def create_app(settings: Settings | None = None, dsn: str | None = None, *,
         metrics.announce_build()
         state.pool = await create_pool(settings, dsn, init=pool_init)
         state.replicas = [await create_pool(settings, url, init=pool_init) for url in settings.replica_urls]
-        state.live_pool = await create_pool(settings, dsn, init=pool_init, min_size=min(1, settings.pool_min),
-                                            max_size=settings.live_pool_max)
+        # Live work on the listener's URL (straight to the primary when a pooler is in front): never
+        # queued behind requests in PgBouncer either, and untouched by its restarts.
+        state.live_pool = await create_pool(settings, settings.listen_database_url or dsn, init=pool_init,
+                                            min_size=min(1, settings.pool_min), max_size=settings.live_pool_max)
         # Live changes are read from the primary: the change log is appended there, and a replica may
         # not have replayed a notified position yet.
         state.hub = Hub(settings.listen_database_url or dsn, per_owner=settings.subscriptions_per_client)
