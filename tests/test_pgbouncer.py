@@ -63,8 +63,12 @@ pidfile = {self.folder / 'pgbouncer.pid'}
         if os.geteuid() == 0:  # pgbouncer refuses to run as root
             command[1:1] = ["-u", "postgres"]
             shutil.chown(self.folder, "postgres")
-        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        self.command = command
         self.url = url.replace(f"{parts.hostname}:{parts.port or 5432}", f"127.0.0.1:{self.port}")
+        self._start()
+
+    def _start(self) -> None:
+        self.process = subprocess.Popen(self.command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:
@@ -78,6 +82,12 @@ pidfile = {self.folder / 'pgbouncer.pid'}
                     raise RuntimeError("pgbouncer exited: " + (log.read_text() if log.exists() else ""))
                 time.sleep(0.05)
         raise RuntimeError("pgbouncer did not start")
+
+    def restart(self) -> None:
+        """Stopped (its clients' connections cut) and started again on the same port."""
+        self.process.terminate()
+        self.process.wait(10)
+        self._start()
 
     def stop(self) -> None:
         self.process.terminate()
