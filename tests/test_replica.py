@@ -227,6 +227,18 @@ async def test_a_paused_replicas_subscribers_get_the_primarys_events_and_a_stopp
             await asyncio.sleep(0.2)
         assert lagging and float(lagging.group(1)) > 0, lagging
         await admin.execute("SELECT pg_wal_replay_resume()")
+        # Replay resumed: the replica catches up, and the subscribers, who already had the primary's
+        # events, get none of them twice; every one is still subscribed and error-free.
+        conn = await asyncpg.connect(primary_db)
+        try:
+            version = await conn.fetchval("SELECT version FROM data_version")
+        finally:
+            await conn.close()
+        await wait_for(replica_db, "SELECT version FROM data_version", version, seconds=120)
+        await asyncio.sleep(1.0)
+        got = [len(s.events) for s in subscribers]
+        assert got == [expected] * 10 and not any(s.errors for s in subscribers), (got, subscribers[0].errors)
+        assert not any(s.closed.is_set() for s in subscribers)
 
         # The only replica stops: reads go to the primary, readiness names the part that is degraded.
         stopped = as_postgres(str(BIN / "pg_ctl"), "-D", str(replica_data(replica)), "-m", "fast", "-w", "stop",
