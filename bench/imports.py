@@ -125,27 +125,48 @@ def timed_import(url: str, source: str, path: Path, at: str) -> tuple[float, str
 
 
 def report_lines() -> list[str]:
-    """The "Real-source imports" section of BENCHMARKS.md, from the newest result."""
+    """The "Real-source imports" section of BENCHMARKS.md: the two newest results, newest first (a run may hold
+    only some sources: one stopped short says so in its machine line), then the refresh side by side."""
     found = sorted(RESULTS.glob("imports-*.json"))
     if not found:
         return []
-    r = json.loads(found[-1].read_text())
     lines = ["", "## Real-source imports (`python bench/imports.py`)", "",
-             f"{r['date'][:10]}, `{r['command']}`, into a {r['papers']:,}-paper synthetic graph; the time of the whole "
-             "command (start-up, reading, staging, merging, change log): the first import, the same file again at the "
-             "same instant (adds nothing), and the monthly refresh (the same file a month later: every fact observed "
-             "again), which the targets are for. Peak memory is each command's resident set (the kernel's maxrss). "
-             + (f"Machine: {r['machine']}." if r.get("machine") else ""),
-             "", "| source | records | first import | again (same instant) | refresh: records/s | target | peak MB |",
-             "|---|---|---|---|---|---|---|"]
-    for source, x in r["sources"].items():
-        if "refresh_rate" not in x:
-            continue
-        met = "met" if x["refresh_rate"] >= TARGETS[source] else "MISSED"
-        lines.append(f"| {source} | {x['records']:,} | {x['seconds']:.1f} s ({x['rate']:,.0f}/s) | "
-                     f"{x['again_seconds']:.1f} s: {x['again_summary']} | **{x['refresh_rate']:,.0f}** "
-                     f"({x['refresh_seconds']:.1f} s; {x['refresh_summary']}) | >= {TARGETS[source]:,} ({met}) | "
-                     f"{max(x['peak_mb']):.0f} |")
+             "The time of the whole command (start-up, reading, staging, merging, change log) into a synthetic graph: "
+             "the first import, the same file again at the same instant (adds nothing), and the monthly refresh (the "
+             "same file a month later: every fact observed again), which the targets are for. Peak memory is each "
+             "command's resident set (the kernel's maxrss). Absolute rates follow the machine's load (2 cores shared "
+             "with other work): compare within one run, or the side-by-side table below."]
+    for path in reversed(found[-2:]):
+        r = json.loads(path.read_text())
+        lines += ["", f"{r['date'][:10]}, `{r['command']}`, {r['papers']:,} papers"
+                  + (f"; code {r['code']}" if r.get("code") else "")
+                  + (f". Machine: {r['machine']}." if r.get("machine") else "."),
+                  "", "| source | records | first import | again (same instant) | refresh: records/s | target | peak MB |",
+                  "|---|---|---|---|---|---|---|"]
+        for source, x in r["sources"].items():
+            if "refresh_rate" not in x:
+                continue
+            met = "met" if x["refresh_rate"] >= TARGETS[source] else "MISSED"
+            lines.append(f"| {source} | {x['records']:,} | {x['seconds']:.1f} s ({x['rate']:,.0f}/s) | "
+                         f"{x['again_seconds']:.1f} s: {x['again_summary']} | **{x['refresh_rate']:,.0f}** "
+                         f"({x['refresh_seconds']:.1f} s; {x['refresh_summary']}) | >= {TARGETS[source]:,} ({met}) | "
+                         f"{max(x['peak_mb']):.0f} |")
+    lines += side_by_side_lines()
+    return lines
+
+
+def side_by_side_lines() -> list[str]:
+    """The refresh before and after a change of the importer, in one run on one database (bench/results/imports/
+    refresh-side-by-side-*.json, written by hand from `prof`-style runs: each import in a transaction rolled back)."""
+    found = sorted(RESULTS.glob("refresh-side-by-side-*.json"))
+    if not found:
+        return []
+    r = json.loads(found[-1].read_text())
+    lines = ["", f"Refresh side by side ({r['date'][:10]}): {r['how']}", "",
+             "| source | records | run | before (s) | after (s) | after / before | load average |", "|---|---|---|---|---|---|---|"]
+    for x in r["runs"]:
+        lines.append(f"| {x['source']} | {x['records']:,} | {x['round']} | {x['before']:.1f} | {x['after']:.1f} | "
+                     f"{x['after'] / x['before']:.2f} | {x['load']} |")
     return lines
 
 
