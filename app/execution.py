@@ -120,7 +120,7 @@ class DirectExecutionContext(StrawberryGraphQLCoreExecutionContext):
             from graphql.pyutils import gather_with_cancel
 
             done = await gather_with_cancel(*(results[name] for name in awaitable))
-            results.update(zip(awaitable, done))
+            results.update(zip(awaitable, done, strict=True))
             return results
 
         return gather()
@@ -220,7 +220,7 @@ class DirectExecutionContext(StrawberryGraphQLCoreExecutionContext):
                 raise
             if awaiting:
                 done = await gather_with_cancel(*(completed[i] for i in awaiting))
-                for i, value in zip(awaiting, done):
+                for i, value in zip(awaiting, done, strict=True):
                     completed[i] = value
             return completed
 

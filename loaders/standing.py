@@ -38,8 +38,8 @@ async def standing_by_work(db: Db, work_ids: Sequence[UUID], as_of: datetime) ->
 
 async def standing_at(db: Db, pairs: Sequence[tuple[UUID, datetime]]) -> list[Standing]:
     """Each (work id, instant)'s Standing, in one statement whatever the number of instants."""
-    return [standing_from_rows(rows, [work_id])[0]
-            for rows, (work_id, _) in zip(await fetch_at_pairs(db, STANDING_TEMPLATE, pairs, key_type="uuid"), pairs)]
+    fetched = await fetch_at_pairs(db, STANDING_TEMPLATE, pairs, key_type="uuid")
+    return [standing_from_rows(rows, [work_id])[0] for rows, (work_id, _) in zip(fetched, pairs, strict=True)]
 
 
 def standing_from_rows(rows: Sequence[Any], work_ids: Sequence[UUID]) -> list[Standing]:
