@@ -306,7 +306,7 @@ class LiveServer:
     """`pith-graph serve` in a subprocess, on a free port of 127.0.0.1."""
 
     def __init__(self, database_url: str, env: dict[str, str] | None = None, expect_5xx: bool = False,
-                 stdout: bool = False, nofile: int | None = None, start_seconds: float = 30) -> None:
+                 stdout: bool = False, nofile: int | None = None, start_seconds: float = 120) -> None:
         import resource
         import subprocess
         import sys

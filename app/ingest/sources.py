@@ -138,7 +138,7 @@ class Broken(Exception):
 try:  # ISA-L's inflate: the same gzip streams in well under half the time (a Crossref snapshot is mostly that)
     from isal.igzip import IGzipFile as _GzipFile
     from isal.isal_zlib import error as _IsalError
-    _BROKEN_GZIP: tuple[type[BaseException], ...] = (EOFError, OSError, zlib.error, _IsalError)
+    _BROKEN_GZIP: tuple[type[BaseException], ...] = (EOFError, OSError, zlib.error, _IsalError)  # type: ignore[assignment]
 except ImportError:  # pragma: no cover - a platform without its wheel
     _GzipFile = gzip.GzipFile  # type: ignore[assignment,misc]
     _BROKEN_GZIP = (EOFError, OSError, zlib.error)
@@ -406,7 +406,7 @@ class Importer:
             elif self.source == "arxiv" and looks_like_xml(stream):
                 reader = arxiv_oai_records(_Counting(stream))
             else:
-                reader = json_records(stream, ("items", "results"))
+                reader = json_records(stream, ("items", "results"))  # type: ignore[assignment]
             for where, record in reader:
                 self.summary.records += 1
                 self.read(record, where)  # (the readers count what they skip; none names a record)
