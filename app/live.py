@@ -101,7 +101,6 @@ class Hub:
         self._ready = asyncio.Event()
         self._shared: dict[tuple, asyncio.Future] = {}
         self.stopping = asyncio.Event()  # the server stops: every subscription ends, telling its cursor
-        self.left = asyncio.Event()  # set as a subscriber leaves
         self.listening = False  # the listener's connection is up
         self.caught_up_at: float | None = None  # when it last read to the end of the change log
         self._late = 0.0  # how late the rows of its last read were (0: there were none)
@@ -119,11 +118,17 @@ class Hub:
         _hubs.add(self)
         self._task = asyncio.create_task(self._run(), name="pith-live-hub")
 
-    def end_all(self, reason: str) -> None:
-        """End every subscription now (each at the next row it would handle), telling its cursor."""
+    def end_all(self, reason: str, *, sockets_closing: bool = False) -> None:
+        """End every subscription now (each at the next row it would handle), telling its cursor. When the
+        server stops with its WebSockets still open (sockets_closing), a WebSocket's subscriptions are not
+        ended in the protocol: graphql-ws clients take an error or a `complete` as the end for good and would
+        not subscribe again, while a 1012 close (close_when_told, naming the cursor) is one they retry,
+        sending the same subscription, its `after` at the last cursor they received."""
         self.stopping.set()
         for subs in list(self.subscribers.values()):
             for sub in subs:
+                if sockets_closing and isinstance(sub.connection, StoppableSocket):
+                    continue
                 sub.dropped = sub.dropped or reason
                 with contextlib.suppress(asyncio.QueueFull):  # full: `dropped` is checked before each row
                     sub.queue.put_nowait(None)
@@ -178,7 +183,6 @@ class Hub:
         return sub
 
     def unsubscribe(self, sub: Subscriber) -> None:
-        self.left.set()
         subs = self.subscribers.get((sub.kind, sub.arxiv_id))
         if subs is not None and sub in subs:
             subs.discard(sub)
@@ -280,7 +284,7 @@ def server_stopping() -> None:
     for hub in list(_hubs):
         if not hub.stopping.is_set():
             log.info("stopping: ending %d subscriptions, each with the cursor to resume from", hub.count)
-            hub.end_all(STOPPING)
+            hub.end_all(STOPPING, sockets_closing=True)
 
 
 class StoppableSocket:
@@ -313,22 +317,14 @@ class StoppableSocket:
 
 
 async def close_when_told(hub: Hub, connection: object, close: Any) -> None:
-    """A WebSocket's part of stopping: once its subscriptions have ended (each error, with its cursor, sent)
-    or CLOSE_SECONDS passed, `close(1012, reason)`; the reason names the cursor when it held one subscription."""
+    """A WebSocket's part of stopping: `close(1012, reason)` at once, the reason naming the cursor to resume
+    from when it held one subscription (its subscriptions are left to the close: Hub.end_all)."""
     await hub.stopping.wait()
-    held = hub.held_by(connection)
-    loop = asyncio.get_running_loop()
-    until = loop.time() + CLOSE_SECONDS
-    while hub.held_by(connection) and loop.time() < until:
-        hub.left.clear()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(hub.left.wait(), max(0.0, until - loop.time()))
-    await asyncio.sleep(0.1)  # the last error goes out after its subscriber has left the hub
-    cursors = {encode_cursor(sub.last) for sub in held}  # as they ended (an event being sent when told counts)
+    cursors = {encode_cursor(sub.last) for sub in hub.held_by(connection)}
     if len(cursors) == 1:
         reason = f"{STOPPING}; resubscribe with after: {cursors.pop()}"
     else:
-        reason = f"{STOPPING}; resubscribe with the `after` each subscription's error names"
+        reason = f"{STOPPING}; resubscribe each subscription with after: the last cursor it received"
     await close(1012, reason)
 
 
