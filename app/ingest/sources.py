@@ -242,7 +242,7 @@ def csv_records(stream: IO[bytes]) -> Iterator[tuple[str, dict[str, str]]]:
         while names and names[-1] == "":
             names.pop()  # a header that ends with a comma: an empty 21st column
         for row in reader:
-            if not any(cell.strip() for cell in row):
+            if not "".join(row).strip():
                 continue  # blank trailing rows
             yield f"line {reader.line_num}", dict(zip(names, row))  # cells are stripped where they are read
     except UnicodeDecodeError as exc:
@@ -359,6 +359,9 @@ class Importer:
             await self.loader.flush()
             # A source that describes a work only when nothing else does (Retraction Watch, OpenCitations) did
             # so at a later instant than this import's description: date order would not have, so it goes.
+            # (The stage analyzed first: unanalyzed, it is planned as a few rows, and the join as a nested
+            # loop over every stored snapshot per staged one: over 9 minutes for 20,000 works.)
+            await self.conn.execute("ANALYZE stage_work_snapshots")
             await self.conn.execute(
                 "DELETE FROM work_snapshots AS w USING stage_work_snapshots AS s WHERE w.work_id = s.work_id "
                 "AND w.observed_at > s.observed_at AND w.metadata_source = any($1::text[]) "
