@@ -75,18 +75,10 @@ def accepts_stream(accept: str | None) -> bool:
                for media, params, q in accept_entries(accept))
 
 
-def header(scope: Mapping[str, Any], name: bytes) -> str | None:
-    for key, value in scope["headers"]:
-        if key == name:
-            return value.decode("latin-1")
-    return None
-
-
-def stream_choice(scope: Mapping[str, Any]) -> bool | None:
+def stream_choice(accept: str | None) -> bool | None:
     """Whether a GraphQL request over HTTP is answered as a stream: False when its Accept allows no
     stream, True when it allows a stream and no JSON type, None when it allows both (then the
     operation decides: a subscription streams, a query or mutation answers JSON)."""
-    accept = header(scope, b"accept")
     if not accepts_stream(accept):
         return False
     return None if response_media_type(accept) is not None else True
@@ -211,7 +203,8 @@ def operation_problem(query: str, operation_name: str | None) -> str | None:
     return None
 
 
-def operation_error(exc: Exception, params: GraphQLParams, media: str | None, get_like: bool) -> Response:
+def operation_error(exc: Exception, query: str, operation_name: str | None, media: str | None,
+                    get_like: bool) -> Response:
     """The operation to run cannot be chosen, or is not a query: a request error that says why."""
     from strawberry.schema.exceptions import InvalidOperationTypeError
 
@@ -224,7 +217,7 @@ def operation_error(exc: Exception, params: GraphQLParams, media: str | None, ge
         message = (f"this API answers queries only; it has no {kind} operations" if kind == "mutation" else
                    "subscriptions are not served over this transport; send a query")
         return graphql_response({"errors": [error_entry(message, "OPERATION_NOT_SUPPORTED")]}, status, media)
-    message = operation_problem(params.query or "", params.operation_name) or "no operation could be chosen"
+    message = operation_problem(query, operation_name) or "no operation could be chosen"
     return resolution_failure(message, media)
 
 
@@ -238,18 +231,19 @@ def is_request_error(result: Any) -> bool:
     return result.data is None and bool(result.errors) and all(e.path is None for e in result.errors)
 
 
-def result_response(result: Any, errors: list[dict[str, Any]], media: str | None) -> Response:
+def result_payload(result: Any, errors: list[dict[str, Any]], media: str | None) -> tuple[dict[str, Any], int]:
+    """The body and status of a result no error's outcome decides (app.state.App.outcome)."""
     if is_request_error(result):
         payload: dict[str, Any] = {"errors": errors}
         if result.extensions:
             payload["extensions"] = result.extensions
-        return graphql_response(payload, 400 if media == GRAPHQL_RESPONSE else 200, media)
+        return payload, 400 if media == GRAPHQL_RESPONSE else 200
     payload = {"data": result.data}
     if errors:
         payload["errors"] = errors
     if result.extensions:
         payload["extensions"] = result.extensions
-    return graphql_response(payload, 200, media)
+    return payload, 200
 
 
 # --- cacheable GET --------------------------------------------------------------------------------
@@ -323,8 +317,9 @@ def _ids_name_instants(field: Any, variables: dict[str, Any] | None, value_of: A
         return False
 
 
-def get_validator(version: int, params: "GraphQLParams", query: str, media: str | None) -> str:
-    key = json.dumps([version, query, params.variables, params.operation_name, media], sort_keys=True,
+def get_validator(version: int, query: str, variables: dict[str, Any] | None, operation_name: str | None,
+                  media: str | None) -> str:
+    key = json.dumps([version, query, variables, operation_name, media], sort_keys=True,
                      ensure_ascii=True, default=str)
     return 'W/"' + hashlib.sha256(key.encode()).hexdigest()[:40] + '"'
 

@@ -25,8 +25,7 @@ from app import metrics
 from app.cors import Cors
 from app.db.pool import DeadlinePassed, StatementTimeout, create_pool
 from app.fastpath import GZIP_LEVEL, GZIP_MINIMUM, PreparedFastPath
-from app.graphql.live import LiveGraphQL
-from app.graphql.view import GraphQLEndpoint, GraphQLView
+from app.graphql.view import GraphQLView
 from app.http import GRAPHQL_PATH, error_response
 from app.limits import MAX_BODY_BYTES, MAX_VARIABLES_BYTES
 from app.live import Hub, LiveError
@@ -109,11 +108,10 @@ def create_app(settings: Settings | None = None, dsn: str | None = None, *,
 
     from app.web import routes as web_routes
 
-    live = LiveGraphQL(state)
-    graphql_http = Route("/graphql", GraphQLView(state).graphql, methods=["GET", "POST"])
+    graphql = GraphQLView(state)
     routes = [
-        Route("/graphql", GraphQLEndpoint(graphql_http.app, live), methods=["GET", "POST"]),
-        WebSocketRoute("/graphql", live),
+        Route("/graphql", graphql, methods=["GET", "POST"]),
+        WebSocketRoute("/graphql", graphql),
         Route("/healthz", ops.healthz),
         Route("/metrics", ops.metrics),
         Route("/readyz", ops.readyz),

@@ -134,26 +134,33 @@ class App:
         return client
 
     def respond(self, result: Any, media: str | None) -> Response:
-        """The HTTP response for an execution result: errors as the masking policy left them (app.pipeline),
-        the status their outcome calls for (401, 429, 503, 504). The transports add the RateLimit fields."""
+        """The HTTP response for an execution result (App.outcome). The transports add the RateLimit fields."""
+        from app import http
+
+        payload, status, headers = self.outcome(result, media)
+        return http.graphql_response(payload, status, media, headers)
+
+    def outcome(self, result: Any, media: str | None) -> tuple[dict[str, Any], int, dict[str, str]]:
+        """The body, status and headers of an execution result in a media type: errors as the masking
+        policy left them (app.pipeline), the status their outcome calls for (401, 429, 503, 504)."""
         from app import http
         from app.pipeline import outcome_status, retry_after
 
         errors = [self.format_error(e) for e in result.errors or []]
         status = outcome_status(errors) if errors else None
-        if status is not None:
-            headers = {}
-            wait = retry_after(errors)
-            if wait is not None:
-                headers["Retry-After"] = wait
-            payload: dict[str, Any] = {"errors": errors} if result.data is None else {"data": result.data,
-                                                                                        "errors": errors}
-            if status == 503:
-                payload = {"data": None, "errors": errors}
-            if result.extensions:
-                payload["extensions"] = result.extensions
-            return http.graphql_response(payload, status, media, headers)
-        return http.result_response(result, errors, media)
+        if status is None:
+            payload, status = http.result_payload(result, errors, media)
+            return payload, status, {}
+        headers = {}
+        wait = retry_after(errors)
+        if wait is not None:
+            headers["Retry-After"] = wait
+        payload = {"errors": errors} if result.data is None else {"data": result.data, "errors": errors}
+        if status == 503:
+            payload = {"data": None, "errors": errors}
+        if result.extensions:
+            payload["extensions"] = result.extensions
+        return payload, status, headers
 
     def format_error(self, error: GraphQLError) -> dict[str, Any]:
         """An error as sent: the masking policy's (applied once, by the schema) or, for an error made

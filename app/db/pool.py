@@ -55,7 +55,7 @@ request_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar(
 
 
 # The pool the governor's own reads (keys, budget claims) take a connection from while a live transport's
-# connection runs (app.main.LiveGraphQL sets it to the live pool): a WebSocket's key check or a
+# connection runs (app.graphql.view sets it to the live pool): a WebSocket's key check or a
 # subscription's claim never waits behind requests. None: the requests' pool.
 governor_pool: contextvars.ContextVar[asyncpg.Pool | None] = contextvars.ContextVar("governor_pool", default=None)
 

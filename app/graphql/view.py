@@ -1,23 +1,42 @@
-"""GraphQL over HTTP: POST and GET answered by our view (GraphQLView), subscriptions streamed by
-Strawberry's (app.graphql.live); GraphQLEndpoint picks one per request."""
+"""/graphql: the one view every GraphQL transport enters, Strawberry's (strawberry.asgi.GraphQL), with hooks.
+
+POST and GET answer JSON as the GraphQL-over-HTTP specification says (app/http.py); a request whose Accept
+allows only a stream, or allows JSON and a stream and selects a subscription, streams (SSE, multipart);
+WebSockets speak graphql-transport-ws and graphql-ws. Strawberry's `run` drives every request: `__call__`
+refuses before the body (401, 429) and bounds the rest (504); `parse_http_body` reads the request (406, 413,
+415, 400) and its persisted or trusted document; `execute_operation` runs it (a GET's 304); `process_result`
+and `create_response` give the outcome's status and headers, gathered on the sub-response."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
 
+from cross_web import HTTPException
+from graphql import ExecutionResult
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
+from strawberry.asgi import GraphQL as StrawberryGraphQL
 from strawberry.exceptions import MissingQueryError
+from strawberry.http import GraphQLRequestData
+from strawberry.http.streaming import MultipartSubscriptionTransport, SSETransport
 from strawberry.schema.exceptions import CannotGetOperationTypeError, InvalidOperationTypeError
+from strawberry.subscriptions import (GRAPHQL_SSE_PROTOCOL, GRAPHQL_TRANSPORT_WS_PROTOCOL, GRAPHQL_WS_PROTOCOL,
+                                      MULTIPART_SUBSCRIPTION_PROTOCOL)
 from strawberry.types.graphql import OperationType
 
-from app.governor import Client, rate_limit_headers
-from app.limits import MAX_BODY_BYTES, MAX_QUERY_STRING_BYTES, MAX_VARIABLES_BYTES
+from app import http
+from app.context import Context
+from app.db.pool import governor_pool
+from app.governor import Unauthenticated, rate_limit_headers
+from app.limits import MAX_BODY_BYTES, MAX_QUERY_STRING_BYTES, MAX_SUBSCRIPTIONS_PER_CONNECTION, MAX_VARIABLES_BYTES
+from app.live import StoppableSocket
 from app.persisted import PersistedQueryError, requested_hash
+from app.pipeline import outcome_status, over_budget
+from app.state import PrimaryReads
 
 if TYPE_CHECKING:
     from app.state import App
@@ -25,92 +44,188 @@ if TYPE_CHECKING:
 DEADLINE_MARGIN = 0.5  # past its deadline, a request still waiting for anything is answered 504
 
 
-class GraphQLView:
-    """/graphql over HTTP for queries, as the GraphQL-over-HTTP specification says (see app/http.py)."""
+class Answer(Exception):
+    """A response decided before the operation runs (a refusal, a 304, the GraphiQL page)."""
+
+    def __init__(self, response: Response) -> None:
+        self.response = response
+
+
+@dataclass
+class Operation(GraphQLRequestData):
+    """What a request asks for, its document resolved (persisted and trusted documents)."""
+
+    query: str  # None only for a stream naming its document by hash (app.schema.Schema.stream resolves it)
+    sha: str | None = None  # the APQ hash it named
+    given: str | None = None  # the document it sent (None: by hash alone)
+
+
+class LFSSETransport(SSETransport):
+    """Strawberry's SSE transport with lines ended by LF alone: the event-stream format allows CR LF too,
+    but clients that look for an event's end as two LFs (urql's fetch source) never find one in it."""
+
+    def encode_event(self, event: str, data: str | None = None) -> str:
+        return super().encode_event(event, data).replace("\r\n", "\n")
+
+    def encode_comment(self, comment: str) -> str:
+        return f": {comment}\n\n"
+
+
+class WellFormedMultipart(MultipartSubscriptionTransport):
+    """Strawberry's multipart subscription transport with its Content-Type well-formed, as the
+    incremental-delivery spec writes parameters (quoted, `; `-separated): Strawberry's own value ends in
+    `,application/json`, a second media type where a header has room for one."""
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Content-Type": f'multipart/mixed; boundary="{self.separator}"; subscriptionSpec="1.0"'}
+
+
+class GraphQLView(StrawberryGraphQL[Context, None]):
+    """GraphQL over HTTP (POST, GET, SSE, multipart) and WebSocket; keep-alive pings; the WebSocket origin
+    rule follows PITH_CORS_ORIGINS (same origin only when none is configured)."""
 
     def __init__(self, state: App) -> None:
+        self.stream_transport_classes_by_protocol = {GRAPHQL_SSE_PROTOCOL: LFSSETransport,
+                                                     MULTIPART_SUBSCRIPTION_PROTOCOL: WellFormedMultipart}
+        super().__init__(state.schema, graphql_ide="graphiql", keep_alive=True, keep_alive_interval=15,
+                         max_subscriptions_per_connection=MAX_SUBSCRIPTIONS_PER_CONNECTION,
+                         allowed_origins=state.settings.cors_origins,
+                         subscription_protocols=(GRAPHQL_TRANSPORT_WS_PROTOCOL, GRAPHQL_WS_PROTOCOL,
+                                                 GRAPHQL_SSE_PROTOCOL, MULTIPART_SUBSCRIPTION_PROTOCOL))
         self.state = state
+        self.connections: dict[str, int] = {}  # open WebSockets per client
 
-    async def graphql(self, request: Request) -> Response:
-        """GraphQL over HTTP, as the GraphQL-over-HTTP specification says (see app/http.py)."""
-        from app import http
-        from app.governor import Unauthenticated
+    # --- the entry ---------------------------------------------------------------------------------
 
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        token = governor_pool.set(self.state.live_pool if scope["type"] == "websocket" else None)
+        try:  # a live transport's key checks and claims never wait behind requests (parse_http_body)
+            if scope["type"] == "websocket":
+                await self._socket(scope, receive, send)
+            else:
+                await (await self._http(Request(scope, receive)))(scope, receive, send)
+        finally:
+            governor_pool.reset(token)
+
+    async def _http(self, request: Request) -> Response:
         try:
             client = await self.state.identify(request.scope)
         except Unauthenticated as exc:
             return http.transport_error(401, str(exc), "UNAUTHENTICATED", headers={"WWW-Authenticate": "Bearer"})
-        from app.pipeline import over_budget
-
+        request.scope["pith.client"] = client
         refused = over_budget(self.state.governor, client)  # nothing left of its hour: 429 before the body is read
         if refused is not None:
-            from graphql import ExecutionResult
-
             media = http.response_media_type(request.headers.get("accept")) or http.GRAPHQL_RESPONSE
             response = self.state.respond(ExecutionResult(data=None, errors=[refused]), media)
         else:
-            response = await self._bounded(request, client)
+            response = await self._bounded(request)
         for name, value in rate_limit_headers(self.state.governor.status(client)):
             response.headers[name.decode()] = value.decode()
         return response
 
-    async def _bounded(self, request: Request, client: Client) -> Response:
+    async def _bounded(self, request: Request) -> Response:
         """The request within its deadline, whatever it waits for (the body, a pool connection for the
         cache validator or the paper sizes, admission, execution, its session's close): the operation's own
         deadline answers TIMEOUT at PITH_REQUEST_TIMEOUT; this bound, DEADLINE_MARGIN later, catches any wait
-        outside it, so no answer comes later than the deadline plus the margin."""
-        from app import http
+        outside it, so no answer comes later than the deadline plus the margin. A stream is bounded until
+        its response starts."""
         from app.errors import deadline_error
 
         seconds = self.state.settings.request_timeout
         if not seconds:
-            return await self._graphql(request, client)
+            return await self._run(request)
         try:
             async with asyncio.timeout(seconds + DEADLINE_MARGIN):
-                return await self._graphql(request, client)
+                return await self._run(request)
         except TimeoutError:
-            error = deadline_error(seconds)
-            return http.transport_error(504, error.message, "TIMEOUT",
+            return http.transport_error(504, deadline_error(seconds).message, "TIMEOUT",
                                         http.response_media_type(request.headers.get("accept")))
 
-    async def _graphql(self, request: Request, client: Client) -> Response:
-        from app import http
+    async def _run(self, request: Request) -> Response:
+        if request.method in ("GET", "HEAD") and len(request.url.query) > MAX_QUERY_STRING_BYTES:
+            return http.transport_error(413, f"query string is larger than {MAX_QUERY_STRING_BYTES} bytes; "
+                                             "POST large queries", "PAYLOAD_TOO_LARGE")
+        try:
+            return await self.run(request)
+        except Answer as exc:
+            return exc.response
+        except HTTPException as exc:  # Strawberry's own refusals
+            code = http.ERROR_CODES.get(exc.status_code, "BAD_REQUEST")
+            return http.transport_error(exc.status_code, exc.reason, code,
+                                        http.response_media_type(request.headers.get("accept")))
 
-        media = http.response_media_type(request.headers.get("accept"))
+    # --- Strawberry's hooks: HTTP ------------------------------------------------------------------
+
+    def is_request_allowed(self, request: Any) -> bool:
+        return request.method in ("GET", "HEAD", "POST")
+
+    def should_render_graphql_ide(self, request: Any) -> bool:
+        from app.web.routes import wants_html
+
+        return request.method == "GET" and wants_html(request) and (
+            self.state.settings.graphiql or "query" not in request.query_params)
+
+    async def render_graphql_ide(self, request: Request) -> Response:
+        if not self.state.settings.graphiql:
+            raise Answer(http.transport_error(404, "GraphiQL is off (PITH_ENV=production; PITH_GRAPHIQL=1 turns "
+                                                   "it on); send GraphQL requests to this URL", "NOT_FOUND"))
+        from app.web.pages import graphiql_page
+
+        return graphiql_page(request, request.query_params.get("query"))
+
+    async def get_sub_response(self, request: Request) -> Response:  # type: ignore[override]
+        """Where the outcome's status and headers and the media type gather until the response is built."""
+        response = await super().get_sub_response(request)
+        response.media_type = http.response_media_type(request.headers.get("accept"))
+        request.scope["pith.response"] = response
+        return response
+
+    async def get_context(self, request: Any, response: Any = None) -> Context:  # type: ignore[override]
+        client = request.scope["pith.client"]
+        if request.scope["type"] == "http":
+            return self.state.context(client)
+        # The connection's context: each operation runs in a copy of its own, with its own session
+        # (app.pipeline.OperationSession), opened when it starts and closed when it ends.
+        # Live operations read on the primary: the change log is appended there, and an event's row may
+        # not be replayed on a replica yet when its notification arrives.
+        return self.state.context(client, hub=self.state.hub, per_connection=True, app=PrimaryReads(self.state),
+                                  connection=request.scope.get("pith.connection"))
+
+    async def parse_http_body(self, request: Any) -> Operation:  # type: ignore[override]
+        accept = request.headers.get("accept")
+        media = http.response_media_type(accept)
         if request.method in ("GET", "HEAD"):
-            if len(request.url.query) > MAX_QUERY_STRING_BYTES:
-                return http.transport_error(413, f"query string is larger than {MAX_QUERY_STRING_BYTES} bytes; "
-                                                 "POST large queries", "PAYLOAD_TOO_LARGE")
-            from app.web.routes import wants_html
-
-            if request.method == "GET" and wants_html(request) and (
-                    self.state.settings.graphiql or "query" not in request.query_params):
-                if not self.state.settings.graphiql:
-                    return http.transport_error(404, "GraphiQL is off (PITH_ENV=production; PITH_GRAPHIQL=1 turns "
-                                                     "it on); send GraphQL requests to this URL", "NOT_FOUND")
-                from app.web.pages import graphiql_page
-
-                return graphiql_page(request, request.query_params.get("query"))
             body: Any = http.body_from_query_string(request.query_params)
         else:
-            content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+            content_type = (request.content_type or "").split(";")[0].strip().lower()
             if content_type != "application/json":
-                return http.transport_error(
+                raise Answer(http.transport_error(
                     415, "send the GraphQL request as application/json ({\"query\": ..., \"variables\": {...}}) "
-                         "or use GET with ?query=", "UNSUPPORTED_MEDIA_TYPE", media)
-            raw = await request.body()
-            if len(raw) > MAX_BODY_BYTES:
-                return http.transport_error(413, f"request body is {len(raw)} bytes; the limit is {MAX_BODY_BYTES}",
-                                            "PAYLOAD_TOO_LARGE", media)
+                         "or use GET with ?query=", "UNSUPPORTED_MEDIA_TYPE", media))
+            body = await request.get_body()
+            if len(body) > MAX_BODY_BYTES:
+                raise Answer(http.transport_error(413, f"request body is {len(body)} bytes; the limit is "
+                                                       f"{MAX_BODY_BYTES}", "PAYLOAD_TOO_LARGE", media))
             try:
-                body = json.loads(raw)
+                body = json.loads(body)
             except (ValueError, RecursionError):
-                return http.transport_error(400, "request body is not valid JSON", "BAD_REQUEST", media)
-        if media is None:
-            return http.transport_error(406, "this endpoint answers application/graphql-response+json or "
-                                             "application/json; say one of them in Accept", "NOT_ACCEPTABLE")
+                raise Answer(http.transport_error(400, "request body is not valid JSON", "BAD_REQUEST",
+                                                  media)) from None
+        streams = http.stream_choice(accept) if request.method != "HEAD" else False
+        if media is None and streams is False:
+            raise Answer(http.transport_error(406, "this endpoint answers application/graphql-response+json or "
+                                                   "application/json; say one of them in Accept", "NOT_ACCEPTABLE"))
         try:
             params = http.GraphQLParams.of(body, MAX_VARIABLES_BYTES)
+            if streams is None:  # the Accept allows JSON and a stream: subscriptions stream, the rest is JSON
+                streams = http.is_subscription(params.query, params.operation_name)
+            transport = self._get_stream_transport_from_headers(request.headers) if streams else None
+            if transport is not None:  # the document is resolved, and refused in the stream, by Schema.stream
+                governor_pool.set(self.state.live_pool)
+                return Operation(query=cast("str", params.query), variables=params.variables,
+                                 operation_name=params.operation_name, extensions=params.extensions,
+                                 protocol=transport.protocol)
             sha = requested_hash(params.extensions)
             query = self.state.persisted.resolve(params.query, sha)
             if query is None:  # an APQ naming its document by hash alone
@@ -118,89 +233,130 @@ class GraphQLView:
                 if query is None:
                     raise PersistedQueryError("PersistedQueryNotFound", "PERSISTED_QUERY_NOT_FOUND")
         except http.BadRequest as exc:
-            return http.transport_error(exc.status, exc.message, exc.code, media)
+            raise Answer(http.transport_error(exc.status, exc.message, exc.code, media)) from None
         except PersistedQueryError as exc:
             status = exc.status if exc.status != 200 or media != http.GRAPHQL_RESPONSE else 400
-            return http.graphql_response({"errors": [http.error_entry(exc.message, exc.code)]}, status, media)
-
+            raise Answer(http.graphql_response({"errors": [http.error_entry(exc.message, exc.code)]}, status,
+                                               media)) from None
         problem = http.operation_problem(query, params.operation_name)
         if problem is not None:
-            return http.resolution_failure(problem, media)
+            raise Answer(http.resolution_failure(problem, media))
+        return Operation(query=query, variables=params.variables, operation_name=params.operation_name,
+                         extensions=params.extensions, protocol="http", sha=sha, given=params.query)
+
+    async def execute_operation(self, request: Request, request_adapter: Any, request_data: Operation,  # type: ignore[override]
+                                context: Context, root_value: Any, sub_response: Response) -> Any:
+        if request_data.protocol != "http":
+            request.scope["pith.stream"] = True
+            live = self.state.context(context.client, hub=self.state.hub, per_connection=True,
+                                      app=PrimaryReads(self.state))
+            return await super().execute_operation(request, request_adapter, request_data, live, root_value,
+                                                   sub_response)
+        media = sub_response.media_type
         get_like = request.method in ("GET", "HEAD")
         cache: dict[str, str] | None = None
         if get_like:
             # Read before the data: an import committing in between can only make the answer newer
             # than its validator, never older.
             version = await self.state.data_version()
-            etag = http.get_validator(version, params, query, media)
-            cache = http.cache_headers(etag, http.pins_every_instant(query, params.operation_name, params.variables))
+            etag = http.get_validator(version, request_data.query, request_data.variables,
+                                      request_data.operation_name, media)
+            cache = http.cache_headers(etag, http.pins_every_instant(request_data.query, request_data.operation_name,
+                                                                     request_data.variables))
             from app.web.routes import not_modified
 
             if not_modified(request, etag):
-                return Response(status_code=304, headers=cache)
-
-        context = self.state.context(client)
+                raise Answer(Response(status_code=304, headers=cache))
         try:
-            result = await self.state.schema.execute(query, variable_values=params.variables, context_value=context,
-                                               operation_name=params.operation_name,
+            result = await self.schema.execute(request_data.query, variable_values=request_data.variables,
+                                               context_value=context, operation_name=request_data.operation_name,
                                                allowed_operation_types={OperationType.QUERY})
         except (CannotGetOperationTypeError, InvalidOperationTypeError, MissingQueryError) as exc:
-            return http.operation_error(exc, replace(params, query=query), media, get_like)
-        response = self.state.respond(result, media)
-        if response.status_code >= 400 and response.status_code != 400:
-            return response
-        if sha is not None and params.query is not None and not http.is_request_error(result):
-            await self.state.persisted.register(self.state.pool, sha, query, client)  # validated: it ran
-        if not result.errors and not get_like and params.extensions is None and context.session is not None \
+            raise Answer(http.operation_error(exc, request_data.query, request_data.operation_name, media,
+                                              get_like)) from None
+        if result.errors and outcome_status([self.state.format_error(e) for e in result.errors]) is not None:
+            return result
+        if request_data.sha is not None and request_data.given is not None and not http.is_request_error(result):
+            await self.state.persisted.register(self.state.pool, request_data.sha, request_data.query,
+                                                context.client)  # validated: it ran
+        if not result.errors and not get_like and request_data.extensions is None and context.session is not None \
                 and context.session.statements == 1:
             # Answered by one compiled statement: later requests of this document take app/fastpath.py.
-            self.state.prepared.learn(self.state.schema._schema, query, params.operation_name)
+            self.state.prepared.learn(self.state.schema._schema, request_data.query, request_data.operation_name)
         if cache is not None and not result.errors:
-            response.headers.update(cache)
-        return response
+            sub_response.headers.update(cache)
+        return result
 
+    async def process_result(self, request: Request, result: Any) -> Any:  # type: ignore[override]
+        if request.scope.get("pith.stream"):
+            return await super().process_result(request, result)
+        sub_response = request.scope["pith.response"]
+        payload, status, headers = self.state.outcome(result, sub_response.media_type)
+        sub_response.status_code = status
+        sub_response.headers.update(headers)
+        return payload
 
-class GraphQLEndpoint:
-    """/graphql over HTTP: streaming subscription requests go to Strawberry's view, the rest to ours."""
+    def create_response(self, response_data: Any, sub_response: Response) -> Response:  # type: ignore[override]
+        return http.graphql_response(response_data, sub_response.status_code or 200, sub_response.media_type,
+                                     sub_response.headers)
 
-    def __init__(self, ordinary: ASGIApp, live: ASGIApp) -> None:
-        self.ordinary, self.live = ordinary, live
+    # --- WebSockets --------------------------------------------------------------------------------
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        from app import http
+    async def _socket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        from starlette.websockets import WebSocket
 
-        streams = http.stream_choice(scope)
-        if streams is None:  # the Accept allows JSON and a stream: subscriptions stream, the rest is JSON
-            if scope["method"] == "POST":
-                body, receive = await _buffered(receive)
-                try:
-                    given = json.loads(body)
-                except (ValueError, RecursionError):
-                    given = None
+        try:
+            client = await self.state.identify(scope)
+        except Unauthenticated as exc:
+            await _refuse_websocket(WebSocket(scope, receive, send), 4401, str(exc))
+            return
+        held = self.connections.get(client.id, 0)
+        limit = self.state.settings.websockets_per_client
+        if held >= limit:
+            await _refuse_websocket(WebSocket(scope, receive, send), 4429,
+                                    f"this client holds its limit of {limit} WebSocket connections; close some first")
+            return
+        self.connections[client.id] = held + 1
+        scope["pith.client"] = client
+        socket = scope["pith.connection"] = StoppableSocket(self.state.hub, send)
+        try:
+            await socket.run(super().__call__(scope, receive, socket.send))
+        finally:
+            left = self.connections.get(client.id, 1) - 1
+            if left > 0:
+                self.connections[client.id] = left
             else:
-                from urllib.parse import parse_qs
+                self.connections.pop(client.id, None)
 
-                given = {k: v[0] for k, v in parse_qs(scope.get("query_string", b"").decode("latin-1")).items()}
-            streams = isinstance(given, dict) and http.is_subscription(given.get("query"), given.get("operationName"))
-        await (self.live if streams else self.ordinary)(scope, receive, send)
+    async def reject_websocket(self, request: Any) -> Any:
+        """A page on an origin not allowed: accepted only to close with a reason the page can read (a
+        handshake refused with 403 tells the browser's code nothing)."""
+        origin = request.headers.get("origin", "")
+        allowed = self.state.settings.cors_origins
+        await _refuse_websocket(request, 4403, f"origin {origin[:40]} may not open WebSockets here; " + (
+            "allowed: " + ", ".join(allowed) if allowed else "same origin only (set PITH_CORS_ORIGINS)"))
+        return request
+
+    async def on_ws_connect(self, context: Context) -> Any:  # type: ignore[override]
+        """connection_init: an `authorization` in its payload names the client (as the header would)."""
+        from strawberry.exceptions import ConnectionRejectionError
+
+        params = context.connection_params if isinstance(context.connection_params, dict) else {}
+        given = params.get("authorization") or params.get("Authorization")
+        if given is None:
+            return await super().on_ws_connect(context)
+        if not isinstance(given, str):
+            raise ConnectionRejectionError({"reason": "connection_init payload: authorization must be a string"})
+        try:
+            context.client = await self.state.governor.client_of(context.client.address, given)
+        except Unauthenticated as exc:
+            raise ConnectionRejectionError({"reason": str(exc)}) from None
+        return await super().on_ws_connect(context)
 
 
-async def _buffered(receive: Receive) -> tuple[bytes, Receive]:
-    """The request body, read whole, and a receive that hands it on as if unread."""
-    chunks, more = [], True
-    while more:
-        message = await receive()
-        if message["type"] != "http.request":
-            return b"", receive  # gone: the handler sees the disconnect
-        chunks.append(message.get("body", b""))
-        more = message.get("more_body", False)
-    body, replayed = b"".join(chunks), False
-
-    async def replay() -> Message:
-        nonlocal replayed
-        if not replayed:
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return body, replay
+async def _refuse_websocket(ws: Any, code: int, reason: str) -> None:
+    """Accept (with a protocol the client offered) only to close with a code and a reason it can read."""
+    offered = ws.scope.get("subprotocols") or []
+    protocol = next((p for p in offered if p in (GRAPHQL_TRANSPORT_WS_PROTOCOL, GRAPHQL_WS_PROTOCOL)), None)
+    await ws.accept(subprotocol=protocol)
+    await ws.close(code=code, reason=reason[:120])
