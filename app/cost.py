@@ -330,30 +330,10 @@ class DataScale:
         return self.current.max_degree
 
 
-# PostgreSQL's statistics: the most common cited (citing) paper's share of the observations, times
-# their number, is the planner's own estimate of the largest degree; the snapshots' row estimate bounds
-# the papers. Before ANALYZE (reltuples -1, no pg_stats) a small table is counted instead.
-SCALE_ESTIMATE: Final = """
-SELECT (SELECT max(f * c.reltuples)::bigint
-          FROM pg_stats AS s, unnest(s.most_common_freqs) AS f, pg_class AS c
-         WHERE s.tablename = 'citation_observations' AND s.attname IN ('cited_arxiv_id', 'citing_arxiv_id')
-           AND c.relname = 'citation_observations' AND c.reltuples >= 0) AS max_degree,
-       (SELECT reltuples::bigint FROM pg_class WHERE relname = 'citation_observations') AS observations,
-       (SELECT reltuples::bigint FROM pg_class WHERE relname = 'paper_snapshots') AS snapshots
-"""
-SMALL: Final = 200_000  # rows that are counted exactly when statistics are missing
-EXACT_SCALE: Final = f"""
-SELECT (SELECT count(*) FROM (SELECT 1 FROM paper_snapshots LIMIT {SMALL + 1}) AS s) AS snapshots,
-       (SELECT count(*) FROM (SELECT 1 FROM citation_observations LIMIT {SMALL + 1}) AS s) AS observations
-"""
-EXACT_DEGREE: Final = """
-SELECT greatest((SELECT max(n) FROM (SELECT count(*) AS n FROM citation_observations GROUP BY cited_arxiv_id) a),
-                (SELECT max(n) FROM (SELECT count(*) AS n FROM citation_observations GROUP BY citing_arxiv_id) b))
-"""
-
-
 async def data_scale(conn: Any) -> Scale:
     """The data's scale for pricing, from PostgreSQL's statistics (exact counts while the tables are small)."""
+    from loaders.system import EXACT_DEGREE, EXACT_SCALE, SCALE_ESTIMATE, SMALL
+
     row = await conn.fetchrow(SCALE_ESTIMATE)
     degree, observations, snapshots = row["max_degree"], row["observations"], row["snapshots"]
     if snapshots is None or snapshots < 0 or observations is None or observations < 0 or degree is None:
@@ -677,13 +657,10 @@ def priced_papers(schema: Any, document: Any, operation_name: str | None,
     return found[: MAX_IDS * 4]
 
 
-PAPER_SIZES: Final = """
-SELECT c.arxiv_id, c.inbound, c.outbound FROM paper_observation_counts AS c WHERE c.arxiv_id = ANY($1::text[])
-"""
-
-
 async def paper_sizes(db: Any, arxiv_ids: list[str]) -> dict[str, PaperSize]:
     """Each paper's size, read by the operation's own session (the snapshot it then answers from)."""
+    from loaders.system import PAPER_SIZES
+
     found = {arxiv_id: PaperSize() for arxiv_id in arxiv_ids}
     for row in await db.fetch(PAPER_SIZES, arxiv_ids):
         found[row["arxiv_id"]] = PaperSize(row["inbound"], row["outbound"])

@@ -36,6 +36,7 @@ import asyncpg
 
 from app.db.pool import connection, governor_pool
 from app.limits import HEAVY_COST, HEAVY_PER_CLIENT, HEAVY_SLOTS
+from loaders.system import KEYS, LIVE_KEYS
 
 log = logging.getLogger("pith.governor")
 
@@ -108,7 +109,7 @@ async def create_key(conn: asyncpg.Connection, name: str, points_per_hour: int) 
 
 
 async def list_keys(conn: asyncpg.Connection) -> list[asyncpg.Record]:
-    return await conn.fetch("SELECT key_id, name, points_per_hour, created_at, revoked_at FROM api_keys ORDER BY name")
+    return await conn.fetch(KEYS)
 
 
 async def revoke_key(conn: asyncpg.Connection, name: str) -> bool:
@@ -433,8 +434,7 @@ class Governor:
                 raise ConnectionError("the database pool is not open")
             started = time.monotonic()
             async with connection(pool) as conn:
-                rows = await conn.fetch("SELECT secret_sha256, key_id, name, points_per_hour FROM api_keys "
-                                        "WHERE revoked_at IS NULL")
+                rows = await conn.fetch(LIVE_KEYS)
             self._key_table = {bytes(r["secret_sha256"]): r for r in rows}
             self._key_table_at = started
             self.key_reads += 1

@@ -32,6 +32,7 @@ from starlette.types import Message, Send
 from app.cursors import decode_token, encode_token
 from app.db.pool import Session, acquire_by_deadline, connect
 from app.limits import MAX_SUBSCRIBERS, MAX_SUBSCRIPTIONS_PER_CLIENT
+from loaders.system import CHANGES_AFTER, CHANGES_BATCH, DATA_VERSION, NEWEST_POSITION, PRUNED_UP_TO, REPLAY
 
 log = logging.getLogger("pith.live")
 
@@ -47,9 +48,6 @@ EVENT_RETRY_SECONDS = 60.0
 # When the server stops, a WebSocket's subscriptions have this long to tell their subscribers before it closes.
 CLOSE_SECONDS = 2.0
 STOPPING = "the server is restarting"
-ROWS = """SELECT position, kind, arxiv_id, observation_id, work_id, event_source, event_type, event_observed_at,
-                 event_reported_at, event_notice_doi, event_ended_at, committed_at
-          FROM change_log WHERE position > $1 ORDER BY position LIMIT 5000"""
 
 
 class LiveError(Exception):
@@ -211,11 +209,11 @@ class Hub:
                 conn.add_termination_listener(lambda *_: lost.set())
                 await conn.add_listener(CHANNEL, self._notified)
                 if first:  # "from now on" starts at the newest position when the process starts
-                    self.position = await conn.fetchval("SELECT coalesce(max(position), 0) FROM change_log")
+                    self.position = await conn.fetchval(NEWEST_POSITION)
                     first = False
                 from app import metrics
 
-                metrics.IMPORTS.set(await conn.fetchval("SELECT version FROM data_version"))
+                metrics.IMPORTS.set(await conn.fetchval(DATA_VERSION))
                 self.listening = True
                 self._ready.set()
                 delay = 0.2
@@ -248,14 +246,14 @@ class Hub:
 
         late = 0.0
         while True:
-            rows = await conn.fetch(ROWS, self.position)
+            rows = await conn.fetch(CHANGES_AFTER, self.position)
             for row in rows:
                 self._dispatch(row)
                 self.position = row["position"]
             if rows:
                 late = max(late, (datetime.now(timezone.utc) - rows[0]["committed_at"]).total_seconds())
-                metrics.IMPORTS.set(await conn.fetchval("SELECT version FROM data_version"))
-            if len(rows) < 5000:
+                metrics.IMPORTS.set(await conn.fetchval(DATA_VERSION))
+            if len(rows) < CHANGES_BATCH:
                 self._late = max(0.0, late)
                 self.caught_up_at = time.time()
                 metrics.CHANGE_LAG.set(self.lag_seconds())
@@ -330,9 +328,8 @@ async def close_when_told(hub: Hub, connection: object, close: Any) -> None:
 
 async def replay(conn: asyncpg.Connection, kind: str, arxiv_id: str, after: int) -> list[asyncpg.Record]:
     """The rows of one (kind, paper) after a position; refused when retention has removed some of them."""
-    pruned = await conn.fetchval("SELECT up_to FROM change_log_pruned")
+    pruned = await conn.fetchval(PRUNED_UP_TO)
     if after < pruned:
         raise LiveError("after: that cursor is older than the change log keeps (retention); refetch the current "
                         "state with a query, then subscribe without `after`")
-    return await conn.fetch("SELECT * FROM change_log WHERE kind = $1 AND arxiv_id = $2 AND position > $3 "
-                            "ORDER BY position", kind, arxiv_id, after)
+    return await conn.fetch(REPLAY, kind, arxiv_id, after)

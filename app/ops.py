@@ -15,17 +15,12 @@ from starlette.responses import JSONResponse, Response
 from app import metrics
 from app.http import error_response
 from app.limits import RETRY_AFTER_SECONDS
+from loaders.system import PING, READ_ONLY, REPLICA_LAG
 
 if TYPE_CHECKING:
     from app.state import App
 
 log = logging.getLogger("pith.http")
-
-# How far a standby's replay is behind: 0 when it has replayed everything it received, else the age
-# of the last commit it replayed.
-REPLICA_LAG = """SELECT CASE WHEN pg_last_wal_receive_lsn() IS NOT DISTINCT FROM pg_last_wal_replay_lsn() THEN 0
-                   ELSE extract(epoch FROM now() - pg_last_xact_replay_timestamp()) END::float8"""
-
 
 class Ops:
     """The operator routes and the sampling loop of one application's state."""
@@ -81,8 +76,8 @@ class Ops:
             if self.state.pool is None:
                 raise ConnectionError("pool not open")
             async with self.state.pool.acquire(timeout=2) as conn:
-                missing = await conn.fetch("SELECT 1") and await pending(conn)
-                read_only = await conn.fetchval("SELECT current_setting('transaction_read_only') = 'on'")
+                missing = await conn.fetch(PING) and await pending(conn)
+                read_only = await conn.fetchval(READ_ONLY)
         except Exception as exc:  # noqa: BLE001 - readiness reports any failure
             return JSONResponse({"status": "unavailable", "database": "unreachable",
                                  "detail": type(exc).__name__}, status_code=503,

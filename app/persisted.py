@@ -26,6 +26,7 @@ import asyncpg
 from app.db.pool import ACQUIRE_SECONDS, connection
 from app.limits import PERSISTED_MAX_STORED as MAX_STORED
 from app.limits import PERSISTED_REGISTRATIONS_PER_MINUTE
+from loaders.system import PERSISTED_DOCUMENT
 
 log = logging.getLogger("pith.persisted")
 
@@ -98,7 +99,7 @@ class PersistedDocuments:
         if pool is None:
             return None
         async with connection(pool) as conn:
-            document = await conn.fetchval("SELECT document FROM persisted_queries WHERE sha256 = $1", sha)
+            document = await conn.fetchval(PERSISTED_DOCUMENT, sha)
         if document is not None:
             self._remember(sha, document)
             self.touch(pool, sha)

@@ -25,6 +25,7 @@ from app.logs import note
 from app.persisted import PersistedDocuments, load_manifest
 from app.schema import make_schema
 from app.settings import Settings
+from loaders.system import DATA_VERSION
 
 log = logging.getLogger("pith.http")
 
@@ -194,7 +195,7 @@ class App:
         if self.pool is None:
             raise ConnectionError("the database pool is not open")
         async with connection(self.pool) as conn:
-            return await conn.fetchval("SELECT version FROM data_version")
+            return await conn.fetchval(DATA_VERSION)
 
 
 class PrimaryReads:

@@ -54,5 +54,7 @@ async def splice(db: Db, arxiv_id: str, key: tuple[str, int, UUID], as_of: datet
 async def change_position(db: Db) -> int:
     """The change log's newest position in the read's snapshot: every change up to it is in the read,
     none after it (imports take positions in commit order, app.ingest.store.append_changes)."""
-    rows: Any = await db.fetch("SELECT coalesce(max(position), 0) AS position FROM change_log")
+    from loaders.system import NEWEST_POSITION
+
+    rows: Any = await db.fetch(NEWEST_POSITION)
     return int(rows[0]["position"])
