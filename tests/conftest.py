@@ -137,6 +137,68 @@ async def drop_database(admin_url: str, url: str) -> None:
         await conn.close()
 
 
+# What a user can observe of a database, to compare a database with a replay of the same loads: every fact
+# table's sorted rows, the change log in position order (every column but the position and the commit time:
+# a killed load leaves a gap in positions, and the order is what resuming subscribers see), the papers'
+# inbound totals and the data version. Concurrent loads are serialisable: they must equal the loads run one
+# after another in the order they committed.
+_CHANGE_LOG_COLUMNS = ("kind, arxiv_id, observation_id::text, work_id::text, event_source, event_type, "
+                       "event_observed_at, event_reported_at, event_notice_doi, event_ended_at")
+
+
+async def database_state(url: str) -> dict[str, str]:
+    import hashlib
+
+    def digest(rows: list) -> str:
+        return f"{len(rows)}:" + hashlib.sha256(repr(rows).encode()).hexdigest()[:16]
+
+    conn = await asyncpg.connect(url)
+    try:
+        out: dict[str, str] = {}
+        for table in STORE_TABLES:
+            out[table.name] = digest([tuple(r) for r in await conn.fetch(f"SELECT * FROM {table.name} ORDER BY 1, 2, 3")])
+        out["change_log"] = digest([tuple(r) for r in await conn.fetch(
+            f"SELECT {_CHANGE_LOG_COLUMNS} FROM change_log ORDER BY position")])
+        out["paper_inbound_totals"] = digest([tuple(r)[:2] for r in await conn.fetch(
+            "SELECT * FROM paper_inbound_totals ORDER BY 1")])
+        out["data_version"] = str(await conn.fetchval("SELECT version FROM data_version"))
+        return out
+    finally:
+        await conn.close()
+
+
+async def commit_blocks(url: str) -> list[set[str]]:
+    """The observations each load's transaction announced (citation_added rows), in commit order: a load
+    appends its change-log rows in one transaction under one lock, so the rows of one transaction id
+    are one block of positions."""
+    conn = await asyncpg.connect(url)
+    try:
+        rows = await conn.fetch("SELECT xmin::text AS tx, min(position) AS first, array_agg(observation_id::text) "
+                                "FILTER (WHERE kind = 'citation_added') AS added FROM change_log "
+                                "GROUP BY xmin::text ORDER BY first")
+        return [set(r["added"] or ()) for r in rows]
+    finally:
+        await conn.close()
+
+
+def file_observations(path: Path) -> set[str]:
+    """The observation ids an ndjson file of v1 documents holds."""
+    from app.ingest.document import parse_document
+
+    return {str(key[0]) for line in path.read_text().splitlines() if line.strip()
+            for key in parse_document(json.loads(line)).facts.observations}
+
+
+def commit_order(blocks: list[set[str]], files: dict[str, Path]) -> list[str]:
+    """Which file each block of the change log came from (the file with observations no other has)."""
+    held = {name: file_observations(path) for name, path in files.items()}
+    order = []
+    for block in blocks:
+        own = [name for name, ids in held.items() if block & (ids - set().union(*(v for k, v in held.items() if k != name)))]
+        order.append(own[0] if len(own) == 1 else "?")
+    return order
+
+
 async def sample_database(admin_url: str, prefix: str = "pith_test") -> str:
     """A new database with both sample snapshots loaded (5 and 9 August)."""
     url = await create_database(admin_url, prefix)

@@ -19,7 +19,7 @@ import pytest
 import pytest_asyncio
 
 from app.settings import Settings
-from tests.conftest import FACT_TABLES as TABLES, AUG9, ROOT, SEED, LiveServer, StatementLog, create_database, drop_database, serve
+from tests.conftest import FACT_TABLES as TABLES, AUG9, ROOT, SEED, LiveServer, StatementLog, commit_blocks, commit_order, create_database, database_state, drop_database, serve
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -159,22 +159,43 @@ async def test_load_mixed_requests_without_errors_and_flat_memory(database_url):
     assert growth < 1.25, figures
 
 
-async def test_two_loads_of_overlapping_files_equal_one_run(admin_url, synthetic_ndjson):
-    whole, first, second = synthetic_ndjson
+async def test_two_loads_at_once_equal_the_same_loads_one_after_another(admin_url, synthetic_ndjson):
+    """Both loads held at their first insert until both are in flight, then let go together: the database
+    (facts, the change log in order, totals, data version) is that of the two loads run one after another
+    in the order they committed."""
+    _, first, second = synthetic_ndjson
     together = await create_database(admin_url, "pith_test_two")
-    alone = await create_database(admin_url, "pith_test_one")
+    serial = await create_database(admin_url, "pith_test_one")
     try:
-        a, b = cli("load", str(first), url=together), cli("load", str(second), url=together)
-        for p in (a, b):
+        holder, watcher = await asyncpg.connect(together), await asyncpg.connect(together)
+        try:
+            hold = holder.transaction()
+            await hold.start()
+            await holder.execute("LOCK TABLE paper_snapshots IN SHARE MODE")  # inserts wait, reads do not
+            loads = [cli("load", str(f), url=together) for f in (first, second)]
+            deadline = time.monotonic() + 120
+            # (not read in the holding transaction: pg_stat_activity is read once per transaction)
+            while await watcher.fetchval("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                                        "AND application_name = 'pith-graph load' AND wait_event_type = 'Lock'") < 2:
+                assert time.monotonic() < deadline and all(p.poll() is None for p in loads), "the loads never met"
+                await asyncio.sleep(0.05)
+            await hold.rollback()
+        finally:
+            await holder.close()
+            await watcher.close()
+        for p in loads:
             _, err = p.communicate(timeout=300)
             assert p.returncode == 0, err.decode()[-2000:]
-        one = cli("load", str(whole), url=alone)
-        _, err = one.communicate(timeout=300)
-        assert one.returncode == 0, err.decode()[-2000:]
-        assert await fingerprint(together) == await fingerprint(alone)
+        order = commit_order(await commit_blocks(together), {"first": first, "second": second})
+        assert sorted(order) == ["first", "second"], order
+        for name in order:
+            done = cli("load", str(first if name == "first" else second), url=serial)
+            _, err = done.communicate(timeout=300)
+            assert done.returncode == 0, err.decode()[-2000:]
+        assert await database_state(together) == await database_state(serial)
     finally:
         await drop_database(admin_url, together)
-        await drop_database(admin_url, alone)
+        await drop_database(admin_url, serial)
 
 
 async def test_sigkill_in_the_middle_of_a_load_leaves_the_database_as_before(admin_url, synthetic_ndjson):
