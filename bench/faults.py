@@ -8,9 +8,13 @@ written as ndjson and split into two overlapping files, A and B. For each fault 
 served (a `pith-graph serve` process, through PgBouncer in transaction mode where the fault needs it,
 readers looping against it); the fault is injected while imports of A and B run; whatever failed is run
 again, as an operator would; then the database is compared with a reference into which A and B were
-loaded once each, undisturbed: every fact table's sorted rows, the change log (kind, paper, observation,
-work and event of every row; positions and commit times aside), the papers' inbound totals and the
-data version. The readers' answers are counted by status.
+loaded one after the other, undisturbed: every fact table's sorted rows, the change log in position order
+(every column but the position and the commit time), the papers' inbound totals and the data version
+(tests.conftest.database_state). Loads are serialisable: where A and B run at once, the reference is the
+replay in the order they committed (read from the change log's transactions), and it must be equal in
+all of that, the change log's order included. A fault that must cut a load in flight waits until the
+load's backend is inside its transaction and asserts that the load failed. The readers' answers are
+counted by status.
 
 The faults (the PostgreSQL server itself is shared with other work on this machine, so it is not
 restarted here: its connections are terminated instead; tests/test_faults.py and
@@ -32,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import json
 import os
 import signal
@@ -49,12 +52,14 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.ingest.store import TABLES  # noqa: E402
-from tests.conftest import LiveServer, create_database, drop_database  # noqa: E402
+from tests.conftest import (LiveServer, commit_blocks, commit_order, create_database,  # noqa: E402
+                            database_state, drop_database)
 from tests.test_pgbouncer import PgBouncer  # noqa: E402
 
 ADMIN = os.environ.get("PITH_TEST_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 START_SECONDS = 180  # a server starting on a busy machine
+# Faults under which A and B load at the same time: compared with the replay in their commit order.
+CONCURRENT = ("loads-overlapping", "worker-killed")
 PAPER_QUERY = '{ papers(first: 5) { nodes { arxivId inbound(first: 2) { totalCount } } } }'
 
 
@@ -73,22 +78,25 @@ async def load(url: str, path: Path, **env: str) -> int:
 
 
 async def state_of(url: str) -> dict[str, str]:
-    """What a clean replay must equal: fact tables, the change log's rows, totals, the data version."""
-    conn = await asyncpg.connect(url)
+    """What a clean replay must equal (tests.conftest.database_state): fact tables, the change log in
+    position order, totals, the data version."""
+    return await database_state(url)
+
+
+async def in_flight(url: str, timeout: float = 300) -> int:
+    """Wait until a `load` of the database is inside its transaction (staging or writing), and return its
+    backend's pid: a fault injected then cannot miss it."""
+    name = url.split("?")[0].rsplit("/", 1)[1]
+    conn = await asyncpg.connect(ADMIN)
     try:
-        out: dict[str, str] = {}
-        for table in TABLES:
-            rows = await conn.fetch(f"SELECT * FROM {table.name} ORDER BY 1, 2, 3")
-            out[table.name] = f"{len(rows)}:" + hashlib.sha256(repr([tuple(r) for r in rows]).encode()).hexdigest()[:16]
-        log = await conn.fetch("SELECT kind, arxiv_id, observation_id::text, work_id::text, event_source, event_type, "
-                               "event_observed_at, event_reported_at, event_notice_doi FROM change_log")
-        rows = sorted(repr(tuple(r)) for r in log)
-        out["change_log"] = f"{len(rows)}:" + hashlib.sha256("\n".join(rows).encode()).hexdigest()[:16]
-        totals = await conn.fetch("SELECT * FROM paper_inbound_totals ORDER BY 1")
-        out["paper_inbound_totals"] = f"{len(totals)}:" + hashlib.sha256(
-            repr([tuple(r)[:2] for r in totals]).encode()).hexdigest()[:16]
-        out["data_version"] = str(await conn.fetchval("SELECT version FROM data_version"))
-        return out
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            pid = await conn.fetchval("SELECT pid FROM pg_stat_activity WHERE datname = $1 AND xact_start IS NOT NULL "
+                                      "AND query LIKE '%stage\\_%' ORDER BY xact_start LIMIT 1", name)
+            if pid is not None:
+                return pid
+            await asyncio.sleep(0.05)
+        raise TimeoutError("no load reached its transaction")
     finally:
         await conn.close()
 
@@ -146,11 +154,12 @@ async def set_read_only(url: str, on: bool) -> None:
     await terminate_backends(url)  # sessions take a database setting when they start
 
 
-async def killed_midway(url: str, path: Path, after: float = 1.5, **env: str) -> int:
+async def killed_midway(url: str, path: Path, after: float = 0.5, **env: str) -> int:
     process = cli("load", str(path), url=url, **env)
+    await in_flight(url)
     await asyncio.sleep(after)
-    if process.poll() is None:
-        process.kill()
+    assert process.poll() is None, "the load finished before it could be killed"
+    process.kill()
     return await finished(process)
 
 
@@ -173,7 +182,7 @@ async def worker_killed(url: str, a: Path, b: Path, notes: dict[str, Any], serve
 
     workers = psutil.Process(server.process.pid).children()
     running = asyncio.gather(load(url, a), load(url, b))
-    await asyncio.sleep(1.0)
+    await in_flight(url)
     if workers:
         os.kill(workers[0].pid, signal.SIGKILL)
     notes["workers_before"] = len(workers)
@@ -184,18 +193,21 @@ async def worker_killed(url: str, a: Path, b: Path, notes: dict[str, Any], serve
 
 async def backends_killed(url: str, a: Path, b: Path, notes: dict[str, Any]) -> None:
     process = cli("load", str(a), url=url)
-    await asyncio.sleep(1.5)
+    load_pid = await in_flight(url)
     notes["terminated"] = await terminate_backends(url)
     notes["killed_exit"] = await finished(process)
+    # It bit: the load was inside its transaction when its backend went, and failed (nothing written).
+    assert notes["killed_exit"] != 0, f"the load (backend {load_pid}) finished before its backend was terminated"
     notes["rerun_exit"] = [await load(url, a), await load(url, b)]
 
 
 async def pgbouncer_restart(url: str, a: Path, b: Path, notes: dict[str, Any], bouncer: PgBouncer) -> None:
     env = {"PITH_DB_PREPARED_STATEMENTS": "0"}
     process = cli("load", str(a), url=bouncer.url, **env)
-    await asyncio.sleep(1.5)
+    await in_flight(url)  # its server connection, through PgBouncer, is in the load's transaction
     bouncer.restart()
     notes["interrupted_exit"] = await finished(process)
+    assert notes["interrupted_exit"] != 0, "the load finished before PgBouncer stopped"
     notes["rerun_exit"] = [await load(bouncer.url, a, **env), await load(bouncer.url, b, **env)]
 
 
@@ -358,10 +370,15 @@ async def main() -> int:
     a.write_text("\n".join(lines[: len(lines) * 2 // 3]) + "\n")
     b.write_text("\n".join(lines[len(lines) // 3:]) + "\n")
 
-    reference = await create_database(ADMIN, "pith_fault_ref")
-    assert await load(reference, a) == 0 and await load(reference, b) == 0
-    clean = await state_of(reference)
-    await drop_database(ADMIN, reference)
+    # The clean replays: A then B, and B then A (two loads at once must equal the one of their commit order).
+    replays: dict[str, dict[str, str]] = {}
+    for order in ("AB", "BA"):
+        reference = await create_database(ADMIN, "pith_fault_ref")
+        for path in (a, b) if order == "AB" else (b, a):
+            assert await load(reference, path) == 0
+        replays[order] = await state_of(reference)
+        await drop_database(ADMIN, reference)
+    clean = replays["AB"]
 
     plain: dict[str, Fault] = {"load-killed": load_killed, "loads-overlapping": loads_overlapping,
                                "backends-killed": backends_killed, "read-only": read_only, "lock-held": lock_held,
@@ -398,8 +415,13 @@ async def main() -> int:
                 elif name == "subscriber-restart":
                     await subscriber_restart(url, a, b, notes, server)
                 notes["reads"] = await readers.stop()
+            order = "AB"
+            if name in CONCURRENT:  # the order in which the two loads committed, from the change log
+                order = "".join(commit_order(await commit_blocks(compared), {"A": a, "B": b}))
+                notes["commit_order"] = order
+            reference = replays.get(order, {})
             got = await state_of(compared)
-            differs = sorted(k for k in clean if got.get(k) != clean[k])
+            differs = sorted(k for k in clean if got.get(k) != reference.get(k))
             results.append({"fault": name, "equal_to_clean_replay": not differs, "differs": differs,
                             "seconds": round(time.monotonic() - started, 1), **notes})
         except Exception as exc:  # noqa: BLE001 - a fault the script could not run is a result too
@@ -421,7 +443,8 @@ async def main() -> int:
         ran = {r["fault"] for r in results}
         kept = [r for r in json.loads(args.out.read_text())["faults"] if r["fault"] not in ran]
         results = sorted(kept + results, key=lambda r: names.index(r["fault"]))
-    args.out.write_text(json.dumps({"papers": args.papers, "lines": len(lines), "clean": clean,
+    args.out.write_text(json.dumps({"papers": args.papers, "lines": len(lines), "load_average": os.getloadavg(),
+                                    "clean": replays,
                                     "faults": results}, indent=2) + "\n")
     return 0 if all(r.get("equal_to_clean_replay") for r in results) else 1
 
