@@ -87,6 +87,11 @@ def admin_url() -> str:
     return _admin_url()
 
 
+# The long forms of the tests that hold load for a while (bench/reliability.sh sets it): CI runs their
+# short forms, which prove the same property at a smaller size.
+LONG_TESTS = os.environ.get("PITH_LONG_TESTS") == "1"
+
+
 async def create_database(admin_url: str, prefix: str = "pith_test", until: str | None = None) -> str:
     """A new database of its own, migrated (up to and including `until` when given)."""
     name = f"{prefix}_{uuid.uuid4().hex[:10]}"

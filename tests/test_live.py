@@ -24,7 +24,7 @@ import pytest_asyncio
 import websockets
 
 from app.ingest.store import load_file
-from tests.conftest import AUG9, SEED, LiveServer, aug9_documents, create_database, drop_database
+from tests.conftest import AUG9, LONG_TESTS, SEED, LiveServer, aug9_documents, create_database, drop_database
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -440,10 +440,15 @@ async def test_a_cursor_older_than_retention_is_told_to_refetch(fifth_of_august)
     assert "CURSOR_EXPIRED" in json.dumps(late.errors) and "refetch" in json.dumps(late.errors), late.errors
 
 
+# Subscribers of the pool tests: 100 in the long form (PITH_LONG_TESTS=1), 30 in CI's, three times the
+# requests' pool (PITH_POOL_MAX, 10): more than it could serve if subscriptions waited on it.
+POOL_TEST_SUBSCRIBERS = 100 if LONG_TESTS else 30
+
+
 async def test_a_hundred_subscribers_under_twelve_http_clients_all_receive_every_event(fifth_of_august):
-    """Subscriptions do not wait on the requests' pool: 100 subscribers (some naming their key in
-    connection_init) while 12 HTTP clients keep every request connection busy all receive the six events
-    of a load, with no error; the HTTP clients get no error either."""
+    """Subscriptions do not wait on the requests' pool: 100 subscribers (30 in the short form; every tenth
+    naming its key in connection_init) while 12 HTTP clients keep every request connection busy all
+    receive the six events of a load, with no error; the HTTP clients get no error either."""
     url, server = fifth_of_august
     done = await asyncio.to_thread(pith_graph, "keys", "create", "--name", "live-load", "--points-per-hour",
                                    "100000000", url=url)
@@ -473,11 +478,11 @@ async def test_a_hundred_subscribers_under_twelve_http_clients_all_receive_every
     subs: list[Subscription] = []
     try:
         await asyncio.sleep(1.0)  # the requests hold the pool before anyone subscribes
-        for start in range(0, 100, 20):
+        for start in range(0, POOL_TEST_SUBSCRIBERS, 10):
             subs += await asyncio.gather(*[
                 Subscription(server.base, CITATIONS, {"id": PAPER},
                              init={"authorization": f"Bearer {secret}"} if (start + i) % 10 == 0 else None).start()
-                for i in range(20)])
+                for i in range(10)])
         await load_in_another_process(url, AUG9)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and any(len(s.events) < 6 and not s.errors for s in subs):
@@ -489,7 +494,7 @@ async def test_a_hundred_subscribers_under_twelve_http_clients_all_receive_every
             await s.close()
     errors = [s.errors for s in subs if s.errors]
     assert not errors, (len(errors), errors[:2])
-    assert sorted(len(s.events) for s in subs) == [6] * 100
+    assert sorted(len(s.events) for s in subs) == [6] * POOL_TEST_SUBSCRIBERS
     assert all({e["citationAdded"]["observation"]["observationId"] for _, e in s.events} == new_inbound_ids()
                for s in subs)
     assert not failures, (len(failures), answered, failures[:3])
@@ -498,9 +503,9 @@ async def test_a_hundred_subscribers_under_twelve_http_clients_all_receive_every
 
 async def test_subscriptions_and_key_checks_do_not_wait_on_a_request_pool_held_by_requests(empty_database):
     """Every connection of the requests' pool held (PITH_POOL_MAX requests waiting on a lock, far past the
-    5 s a pool wait may take): 100 subscribers still receive every event of a load, and WebSockets that name a key
-    created meanwhile (so it must be read) in connection_init are acknowledged. Live work has a pool of
-    its own (PITH_LIVE_POOL_MAX)."""
+    5 s a pool wait may take): 100 subscribers (20 in the short form) still receive every event of a load, and 10
+    WebSockets that name a key created meanwhile (so it must be read) in connection_init are acknowledged.
+    Live work has a pool of its own (PITH_LIVE_POOL_MAX)."""
     conn = await asyncpg.connect(empty_database)
     await load_file(conn, str(SEED))
     name = empty_database.split("?")[0].rsplit("/", 1)[1]
@@ -510,7 +515,8 @@ async def test_subscriptions_and_key_checks_do_not_wait_on_a_request_pool_held_b
     locker = await asyncpg.connect(empty_database)
     held: list[asyncio.Task] = []
     try:
-        subs += await asyncio.gather(*[Subscription(server.base, CITATIONS, {"id": PAPER}).start() for _ in range(100)])
+        subs += await asyncio.gather(*[Subscription(server.base, CITATIONS, {"id": PAPER}).start()
+                                       for _ in range(POOL_TEST_SUBSCRIBERS - 10)])
         transaction = locker.transaction()
         await transaction.start()
         await locker.execute("LOCK TABLE persisted_queries IN ACCESS EXCLUSIVE MODE")
@@ -544,7 +550,7 @@ async def test_subscriptions_and_key_checks_do_not_wait_on_a_request_pool_held_b
         assert all(not t.done() for t in held)  # the requests' pool was held all along
         errors = [s.errors for s in subs if s.errors]
         assert not errors, (len(errors), errors[:2])
-        assert sorted(len(s.events) for s in subs) == [6] * 110
+        assert sorted(len(s.events) for s in subs) == [6] * len(subs) and len(subs) == POOL_TEST_SUBSCRIBERS
         await transaction.rollback()
         statuses = [(await t).status_code for t in held]
         assert statuses == [200] * 10, statuses

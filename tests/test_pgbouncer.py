@@ -23,7 +23,7 @@ import pytest_asyncio
 import websockets
 
 from app.ingest.store import load_file
-from tests.conftest import AUG9, SEED, LiveServer, create_database, drop_database, free_port
+from tests.conftest import AUG9, LONG_TESTS, SEED, LiveServer, create_database, drop_database, free_port
 
 pytestmark = [pytest.mark.asyncio(loop_scope="session"),
               pytest.mark.skipif(shutil.which("pgbouncer") is None,
@@ -208,8 +208,9 @@ async def busy_pgbouncer(admin_url):
 
 
 async def test_sixteen_clients_mixing_reads_and_subscriptions_for_a_minute_get_no_503(busy_pgbouncer):
-    """12 clients mixing lookups, records and search, 2 holding subscriptions for the whole minute and 2
-    opening, replaying (`after`) and closing them over and over, while a load lands: no request answered
+    """12 clients mixing lookups, records and search, 2 holding subscriptions for the whole minute (12 s in
+    the short form; PITH_LONG_TESTS=1 for the minute) and 2 opening, replaying (`after`) and closing them
+    over and over, while a load lands: no request answered
     503 or with any error but the deadline's (504 TIMEOUT: how long a request takes on a machine shared
     with other work is a timing, not asserted), every held subscription receives every event, every
     replay is whole."""
@@ -217,7 +218,7 @@ async def test_sixteen_clients_mixing_reads_and_subscriptions_for_a_minute_get_n
     from tests.test_live import CITATIONS, Subscription, new_inbound_ids
 
     server, url, bouncer = busy_pgbouncer
-    seconds = 60
+    seconds = 60 if LONG_TESTS else 12  # the long form (bench/reliability.sh) is the minute
     queries = [
         {"query": f'query Lookup {{ paper(arxivId: "{PAPER}") {{ title inbound(first: 3) {{ totalCount }} }} }}'},
         {"query": f'{{ citationRecord(arxivId: "{PAPER}") {{ contextDigest }} }}'},
@@ -229,7 +230,7 @@ async def test_sixteen_clients_mixing_reads_and_subscriptions_for_a_minute_get_n
     answered = 0
     replays = 0
     late = 0  # 504 TIMEOUT
-    stop = time.monotonic() + seconds
+    stop = 0.0  # set once the held subscriptions are up: the clients then run for `seconds`
 
     async def reader(n: int) -> None:
         nonlocal answered, late
@@ -275,6 +276,7 @@ async def test_sixteen_clients_mixing_reads_and_subscriptions_for_a_minute_get_n
     held = [await Subscription(server.base, query, {"id": PAPER}).start()
             for query in (CITATIONS, CITATIONS, records, records)]
     try:
+        stop = time.monotonic() + seconds
         await asyncio.gather(*(reader(n) for n in range(12)), replayer(), replayer(), load_midway())
         expected = len(new_inbound_ids())
         for sub in held:
@@ -292,4 +294,4 @@ async def test_sixteen_clients_mixing_reads_and_subscriptions_for_a_minute_get_n
          "held_events": got}, indent=2) + "\n")
     assert not failures, f"{len(failures)} of {answered} requests and {replays} replays failed: {failures[:3]}"
     assert got == [expected, expected, 1, 1] and not errors, (got, errors)
-    assert answered > 200 and replays >= 4, (answered, replays)
+    assert answered > 3 * seconds and replays >= 2, (answered, replays)
