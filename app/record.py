@@ -5,8 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 from datetime import datetime, timezone
-from functools import lru_cache
 from typing import Any
+from uuid import UUID
 
 import orjson
 
@@ -65,18 +65,52 @@ def context_digest(document: dict[str, Any]) -> str:
     return sha256_of({k: v for k, v in document.items() if k not in ("context_digest", "as_of")})
 
 
-@lru_cache(maxsize=65536)
+# Records repeat the same instants (a cited paper's snapshot on every inbound row): each is formatted once.
+# An instant's text in the +00:00 family; the Z family is the same text with Z for the offset.
+_ISO: dict[datetime, str] = {}
+_ISO_MAX = 65536
+
+
 def _iso(value: datetime) -> str:
-    # Records repeat the same instants (a cited paper's snapshot on every inbound row): format once.
-    return value.astimezone(timezone.utc).isoformat()
+    found = _ISO.get(value)
+    if found is None:
+        if len(_ISO) >= _ISO_MAX:
+            _ISO.clear()
+        found = _ISO[value] = value.astimezone(timezone.utc).isoformat()
+    return found
 
 
-@lru_cache(maxsize=65536)
+def known_text(value: datetime, text: str) -> None:
+    """Remember `text` as the instant's +00:00 text, by one who read it and checked it is that text (the
+    importer: a document is rebuilt from what it says, and most of its instants are then formatted
+    back from the very text it was read from)."""
+    if len(_ISO) >= _ISO_MAX:
+        _ISO.clear()
+    _ISO[value] = text
+
+
+# A UUID's text, by the object's identity (the importer reads each id once and builds its record from
+# the same objects): str(UUID) is slow Python, and a record names every observation and work.
+_UUID_TEXT: dict[int, tuple[UUID, str]] = {}
+
+
+def known_uuid(value: UUID, text: str) -> None:
+    """Remember `text` as str(value), by one who checked it is (the importer)."""
+    if len(_UUID_TEXT) >= _ISO_MAX:
+        _UUID_TEXT.clear()
+    _UUID_TEXT[id(value)] = (value, text)  # the entry holds the object: its id is not reused meanwhile
+
+
+def uuid_text(value: UUID) -> str:
+    found = _UUID_TEXT.get(id(value))
+    return found[1] if found is not None and found[0] is value else str(value)
+
+
 def z_time(value: datetime | None) -> str | None:
-    """The Z family: paper, citation, work, resolution and measurement times (cached as _iso is)."""
+    """The Z family: paper, citation, work, resolution and measurement times."""
     if value is None:
         return None
-    return _iso(value).replace("+00:00", "Z")
+    return _iso(value)[:-6] + "Z"
 
 
 def offset_time(value: datetime | None) -> str | None:
@@ -153,7 +187,7 @@ def cited_work(obs: Observation) -> dict[str, Any]:
         "snapshot_observed_at": z_time(work.observed_at),
         "title": work.title,
         "venue": work.venue,
-        "work_id": str(work.work_id),
+        "work_id": uuid_text(work.work_id),
         "year": work.year,
     }
 
@@ -259,7 +293,7 @@ def _item(obs: Observation, shared: _Shared) -> dict[str, Any]:
             "source_observed_at": z_time(obs.source_observed_at),
         },
         "links": {"cited_paper": cited_link, "citing_paper": f"/paper/{obs.citing.arxiv_id}"},
-        "observation_id": str(obs.observation_id),
+        "observation_id": uuid_text(obs.observation_id),
         "resolution": {
             "observed_at": z_time(obs.resolution.observed_at),
             "resolver_source": obs.resolution.resolver_source,

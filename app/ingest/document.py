@@ -33,6 +33,7 @@ from loaders.rows import (
 _Z = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{6})?Z$")
 _OFFSET = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{6})?\+00:00$")
 _AS_OF = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
 
 
 class DocumentError(ValueError):
@@ -87,26 +88,44 @@ def _int(obj: Any, key: str, path: str, *, nullable: bool = False, minimum: int 
     return value
 
 
-def _time(pattern: re.Pattern[str], example: str) -> Callable[..., datetime | None]:
+def _time(pattern: re.Pattern[str], example: str, family: str | None = None) -> Callable[..., datetime | None]:
+    """A reader of one family of instants. A document repeats its instants (a cited paper's snapshot on
+    every inbound row): each text is read once. A text that is the instant's own (the one the record
+    builder writes: six digits of fraction exactly when there is one) is remembered as its formatting, so
+    the rebuild of the document does not format it again (app.record.known_text)."""
+    read_before: dict[str, datetime] = {}
+    z = family == "z"
+
     def read(obj: Any, key: str, path: str, *, nullable: bool = False) -> datetime | None:
         value = _get(obj, key, path)
         if value is None and nullable:
             return None
+        found = read_before.get(value) if type(value) is str else None
+        if found is not None:
+            return found
         if not isinstance(value, str) or not pattern.match(value):
             raise DocumentError(
                 f"{path}.{key}",
                 f"expected a UTC timestamp like {example}{' or null' if nullable else ''}, found {value!r}",
             )
         try:
-            return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(timezone.utc)
+            found = datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(timezone.utc)
         except ValueError as exc:
             raise DocumentError(f"{path}.{key}", f"not a valid date and time ({exc}): {value!r}") from None
+        if len(read_before) >= 65536:
+            read_before.clear()
+        read_before[value] = found
+        if family is not None:
+            whole = len(value) == (20 if z else 25)
+            if whole == (found.microsecond == 0) and len(value) in ((20, 27) if z else (25, 32)):
+                record.known_text(found, value[:-1] + "+00:00" if z else value)
+        return found
 
     return read
 
 
-_z = _time(_Z, "2026-07-06T17:34:49.001670Z or 2024-02-23T22:10:59Z")
-_off = _time(_OFFSET, "2026-08-04T06:34:03.388597+00:00")
+_z = _time(_Z, "2026-07-06T17:34:49.001670Z or 2024-02-23T22:10:59Z", "z")
+_off = _time(_OFFSET, "2026-08-04T06:34:03.388597+00:00", "offset")
 _as_of = _time(_AS_OF, "2026-08-05T04:52:00Z (whole seconds)")
 
 
@@ -114,6 +133,10 @@ def _uuid(obj: Any, key: str, path: str, *, nullable: bool = False) -> UUID | No
     value = _str(obj, key, path, nullable=nullable)
     if value is None:
         return None
+    if _CANONICAL_UUID.match(value):  # the form str(UUID) gives: no need to build it to compare
+        parsed = UUID(value)
+        record.known_uuid(parsed, value)
+        return parsed
     try:
         parsed = UUID(value)
     except ValueError:
@@ -168,6 +191,8 @@ class Facts:
         if old is None:
             rows[key] = value
             return
+        if old == value:  # the same fact again (the cited paper of every inbound row)
+            return
         if table == "papers":
             merged = _merge_paper(old, value)
             if merged is not None:
@@ -212,15 +237,21 @@ class ParsedDocument:
     rows: RecordRows
 
 
+_VALID_ARXIV_IDS: set[str] = set()  # a document names the same papers again and again
+
+
 def _arxiv_id(obj: Any, key: str, path: str, *, nullable: bool = False) -> str | None:
     """An arXiv id by the API's own rule (app.timeparse.parse_arxiv_id), as the API will look it up."""
     from app.timeparse import BadInput, parse_arxiv_id
 
     value = _str(obj, key, path, nullable=nullable)
-    if value is None:
-        return None
+    if value is None or value in _VALID_ARXIV_IDS:
+        return value
     try:
         if parse_arxiv_id(value) == value:
+            if len(_VALID_ARXIV_IDS) >= 65536:
+                _VALID_ARXIV_IDS.clear()
+            _VALID_ARXIV_IDS.add(value)
             return value
     except BadInput:
         pass
