@@ -4,12 +4,13 @@ Each page is one statement that walks an index in the page's order and stops aft
 row, to tell whether more follow): a paper's latest snapshot at the instant is the row of its primary key
 (arxiv_id, observed_at) with no later one by then, so no page reads the papers before it. A first page and
 a later one are separate statements (a generic plan cannot turn "no cursor, or after it" into an index
-range). The citesRetracted and retracted filters are the rule of loaders.citations.retracted_sql, checked
-only on works with a retracting event: the papers citing such work are found once per statement (a
-materialized set, from those works' observations), and a page of them (citesRetracted: true, or
-works(filter: {retracted: true})) starts from that set, never from a walk of every paper. Under the pool's
-generic plans (force_generic_plan) no page reads more than the first (tests/test_browse.py EXPLAINs them). INBOUND_COUNT_DESC at an instant before the kept totals are exact
-takes a second statement (every paper counted).
+range). The citesRetracted and retracted filters read the spans the database keeps of the standing rule
+(loaders.citations.retracted_sql) for every instant (migration 0022): citesRetracted: true in arXiv id or
+submission order, and works(filter: {retracted: true}), walk those spans in the page's order; the other
+orders and filters probe a paper's or work's span as they walk. Under the pool's generic plans
+(force_generic_plan) no page reads more than the first (tests/test_browse.py EXPLAINs them).
+INBOUND_COUNT_DESC at an instant before the kept totals are exact takes a second statement (every paper
+counted).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any, Final, Sequence
 from uuid import UUID
 
 from loaders.base import Db, at_param
-from loaders.citations import MAY_BE_RETRACTED, VISIBLE, retracted_sql
+from loaders.citations import VISIBLE
 from loaders.papers import PAPER_COLUMNS, paper_from
 from loaders.rows import PaperSnapshot, WorkSnapshot, stands_sql
 from loaders.works import snapshot_from
@@ -30,15 +31,17 @@ from loaders.works import snapshot_from
 # the page: 20,340 index rows for a late page at 20,000 papers).
 _LATEST_PAPER: Final = """s.observed_at = (SELECT max(n.observed_at) FROM paper_snapshots AS n
                      WHERE n.arxiv_id = s.arxiv_id AND n.observed_at <= $AS)"""
-# Papers with a visible reference whose cited work is retracted at the instant: found from the few works
-# with a retracting event by then (the rule, loaders.citations.retracted_sql, checked on those alone) and
-# the observations linked to them (an index on work_id), once per statement (MATERIALIZED: the pool's
-# generic plans otherwise re-ran the semi-join for every paper walked, 555,233 times on a page at
-# 20,000 papers). A page then costs this set once, never a walk of every paper per paper.
-_CITING_RETRACTED_CTE: Final = f"""retracted_citing AS MATERIALIZED (
-    SELECT DISTINCT o.citing_arxiv_id AS arxiv_id FROM citation_observations AS o
-    WHERE o.work_id IN {MAY_BE_RETRACTED} AND o.work_id IS NOT NULL AND {VISIBLE} AND {retracted_sql("o.work_id")})"""
-_CITING_RETRACTED: Final = "(SELECT c.arxiv_id FROM retracted_citing AS c)"
+# A paper citing retracted work at the instant: its covering span, kept by the database (migration 0022)
+# for every instant, with the paper's latest snapshot then. A probe of the primary key per paper walked, as
+# a scalar subquery (the pool's generic plans cannot turn it into a join that reads every span).
+_CITING_SPAN: Final = "c.from_at <= $AS AND c.until_at > $AS"
+
+
+def _cites_retracted(paper: str, cites: bool) -> str:
+    return (f"coalesce((SELECT {'true' if cites else 'false'} FROM paper_retracted_citing_spans AS c "
+            f"WHERE c.arxiv_id = {paper} AND {_CITING_SPAN} LIMIT 1), {'false' if cites else 'true'})")
+
+
 # Every paper's inbound total at the instant (its inbound connection's totalCount), in one pass.
 _INBOUND_AT: Final = f"""(SELECT o.cited_arxiv_id AS arxiv_id, count(*) AS total FROM citation_observations AS o
      WHERE o.cited_arxiv_id IS NOT NULL AND {VISIBLE} GROUP BY o.cited_arxiv_id)"""
@@ -76,32 +79,35 @@ def _conditions(cites_retracted: bool | None) -> list[str]:
                   "($4::timestamptz IS NULL OR s.submitted_at >= $4::timestamptz)",
                   "($5::timestamptz IS NULL OR s.submitted_at <= $5::timestamptz)"]
     if cites_retracted is not None:
-        conditions.append(f"s.arxiv_id {'IN' if cites_retracted else 'NOT IN'} {_CITING_RETRACTED}")
+        conditions.append(_cites_retracted("s.arxiv_id", cites_retracted))
     return conditions
 
 
-def _with_cte(cites_retracted: bool | None, sql: str) -> str:
-    return sql if cites_retracted is None else f"WITH {_CITING_RETRACTED_CTE}\n{sql}"
+# citesRetracted: true in arXiv id or submission order: a walk of the kept spans in that order (an index
+# each), the spans covering the instant, each joined to the snapshot it names.
+_SPAN_KEYS: Final = {
+    "ARXIV_ID": ("c.arxiv_id", "c.arxiv_id > $6::text"),
+    "SUBMITTED_AT": ("c.submitted_at, c.arxiv_id", "(c.submitted_at, c.arxiv_id) > ($6::timestamptz, $7::text)"),
+}
 
 
 def browse_sql(order: str, cites_retracted: bool | None, after: bool) -> str:
     sort, past = _KEYS[order]
     conditions = _conditions(cites_retracted)
     if cites_retracted is True and order != "INBOUND_COUNT_DESC":
-        # The few papers that cite retracted work, each with its latest snapshot by a probe of its own,
-        # then ordered: a page is that set's probes, whatever the page's place.
-        latest = (f"SELECT {PAPER_COLUMNS} FROM paper_snapshots AS p WHERE p.arxiv_id = c.arxiv_id "
-                  "AND p.observed_at <= $AS ORDER BY p.observed_at DESC LIMIT 1")
-        return at_param(_with_cte(cites_retracted,
-                                  f"SELECT {_SNAPSHOT_COLUMNS}, NULL::bigint AS inbound\n"
-                                  f"FROM retracted_citing AS c\nCROSS JOIN LATERAL ({latest}) AS s\nWHERE "
-                                  + "\n  AND ".join(conditions[2:-1] + ([past] if after else []))
-                                  + f"\nORDER BY {sort}\nLIMIT $2"), 1)
+        span_sort, span_past = _SPAN_KEYS[order]
+        span_filters = ["($3::text IS NULL OR c.primary_category = $3::text)",
+                        "($4::timestamptz IS NULL OR c.submitted_at >= $4::timestamptz)",
+                        "($5::timestamptz IS NULL OR c.submitted_at <= $5::timestamptz)"]
+        return at_param(f"SELECT {_SNAPSHOT_COLUMNS}, NULL::bigint AS inbound\n"
+                        "FROM paper_retracted_citing_spans AS c\n"
+                        "JOIN paper_snapshots AS s ON s.arxiv_id = c.arxiv_id AND s.observed_at = c.snapshot_at\n"
+                        f"WHERE {_CITING_SPAN}\n  AND " + "\n  AND ".join(span_filters + ([span_past] if after else []))
+                        + f"\nORDER BY {span_sort}\nLIMIT $2", 1)
     if order != "INBOUND_COUNT_DESC":
-        return at_param(_with_cte(cites_retracted,
-                                  f"SELECT {_SNAPSHOT_COLUMNS}, NULL::bigint AS inbound\nFROM paper_snapshots AS s\n"
-                                  "WHERE " + "\n  AND ".join(conditions + ([past] if after else []))
-                                  + f"\nORDER BY {sort}\nLIMIT $2"), 1)
+        return at_param(f"SELECT {_SNAPSHOT_COLUMNS}, NULL::bigint AS inbound\nFROM paper_snapshots AS s\n"
+                        "WHERE " + "\n  AND ".join(conditions + ([past] if after else []))
+                        + f"\nORDER BY {sort}\nLIMIT $2", 1)
     # Most cited first, from the kept totals (an index walk in this order) at any instant they are exact
     # for. Before that instant the statement returns one row of NULLs instead, and the page is counted
     # (counted_sql). Two statements, not one with both branches: planned together, the counted branch's
@@ -113,27 +119,27 @@ def browse_sql(order: str, cites_retracted: bool | None, after: bool) -> str:
               "AND p.observed_at <= $AS ORDER BY p.observed_at DESC LIMIT 1")
     totals, filters = "paper_inbound_totals AS t", conditions[2:]
     if cites_retracted is True:
-        # The few papers that cite retracted work, each with its total by a probe of its own (a join the
-        # planner is free to choose read every paper's total under the generic plan).
-        totals = ("retracted_citing AS c CROSS JOIN LATERAL (SELECT k.arxiv_id, k.total FROM paper_inbound_totals "
-                  "AS k WHERE k.arxiv_id = c.arxiv_id LIMIT 1) AS t")
+        # A paper's covering span first (one probe per total walked), then the snapshot it names.
+        totals += (" CROSS JOIN LATERAL (SELECT c.snapshot_at FROM paper_retracted_citing_spans AS c "
+                   f"WHERE c.arxiv_id = t.arxiv_id AND {_CITING_SPAN} LIMIT 1) AS c")
+        latest = (f"SELECT {PAPER_COLUMNS} FROM paper_snapshots AS p WHERE p.arxiv_id = t.arxiv_id "
+                  "AND p.observed_at = c.snapshot_at LIMIT 1")
         filters = filters[:-1]
     kept = (f"SELECT {_SNAPSHOT_COLUMNS}, t.total AS inbound\nFROM {totals}\n"
             f"CROSS JOIN LATERAL ({latest}) AS s\nWHERE " + _TOTALS_EXACT + "\n  AND "
             + "\n  AND ".join(filters + ([kept_past] if after else []))
             + "\nORDER BY -t.total, t.arxiv_id\nLIMIT $2")
     not_exact = f"SELECT {', '.join(['NULL'] * (PAPER_COLUMNS.count(',') + 2))} WHERE NOT {_TOTALS_EXACT}"
-    return at_param(_with_cte(cites_retracted, f"({kept})\nUNION ALL\n{not_exact}"), 1)
+    return at_param(f"({kept})\nUNION ALL\n{not_exact}", 1)
 
 
 def counted_sql(cites_retracted: bool | None, after: bool) -> str:
     """INBOUND_COUNT_DESC at an instant the kept totals are not exact for: every paper's total counted."""
     sort, past = _KEYS["INBOUND_COUNT_DESC"]
-    return at_param(_with_cte(cites_retracted,
-                              f"SELECT * FROM (SELECT {_SNAPSHOT_COLUMNS}, coalesce(c.total, 0) AS inbound\n"
-                              f"FROM paper_snapshots AS s\nLEFT JOIN {_INBOUND_AT} AS c ON c.arxiv_id = s.arxiv_id\n"
-                              "WHERE " + "\n  AND ".join(_conditions(cites_retracted)) + ") AS s"
-                              + (f"\nWHERE {past}" if after else "") + f"\nORDER BY {sort}\nLIMIT $2"), 1)
+    return at_param(f"SELECT * FROM (SELECT {_SNAPSHOT_COLUMNS}, coalesce(n.total, 0) AS inbound\n"
+                    f"FROM paper_snapshots AS s\nLEFT JOIN {_INBOUND_AT} AS n ON n.arxiv_id = s.arxiv_id\n"
+                    "WHERE " + "\n  AND ".join(_conditions(cites_retracted)) + ") AS s"
+                    + (f"\nWHERE {past}" if after else "") + f"\nORDER BY {sort}\nLIMIT $2", 1)
 
 
 @dataclass(frozen=True)
@@ -162,21 +168,27 @@ _HAS_EVENT: Final = f"""($3::text IS NULL AND $4::text IS NULL OR w.work_id IN (
            AND ($3::text IS NULL OR e.event_type = $3::text) AND ($4::text IS NULL OR e.source = $4::text)))"""
 
 
+def _work_retracted(work: str, retracted: bool) -> str:
+    """The work's kept span (migration 0022) covering the instant, probed by its primary key."""
+    return (f"coalesce((SELECT {'true' if retracted else 'false'} FROM work_retracted_spans AS r "
+            f"WHERE r.work_id = {work} AND r.from_at <= $AS AND r.until_at > $AS LIMIT 1), "
+            f"{'false' if retracted else 'true'})")
+
+
 def works_sql(retracted: bool | None, after: bool) -> str:
     conditions = ["w.observed_at <= $AS", _LATEST_WORK, _HAS_EVENT]
     if retracted is True:
-        # The few works with a retracting event by the instant, in work id order (from the cursor on),
-        # the rule checked on each, its latest snapshot by a probe of its own: a page never walks the
-        # works without one.
+        # The works retracted at the instant, a walk of their kept spans in work id order (from the cursor
+        # on), each with its latest snapshot by a probe of its own: a page never walks the other works.
         latest = ("SELECT * FROM work_snapshots AS s WHERE s.work_id = r.work_id AND s.observed_at <= $AS "
                   "ORDER BY s.observed_at DESC LIMIT 1")
-        candidates = (f"SELECT DISTINCT m.work_id FROM {MAY_BE_RETRACTED} AS m(work_id)"
-                      + (" WHERE m.work_id > $5::uuid" if after else ""))
-        return at_param(f"SELECT w.* FROM ({candidates}) AS r\nCROSS JOIN LATERAL ({latest}) AS w\nWHERE "
-                        + "\n  AND ".join([_HAS_EVENT, retracted_sql("r.work_id")])
+        return at_param("SELECT w.* FROM work_retracted_spans AS r\n"
+                        f"CROSS JOIN LATERAL ({latest}) AS w\nWHERE "
+                        + "\n  AND ".join(["r.from_at <= $AS", "r.until_at > $AS", _HAS_EVENT]
+                                          + (["r.work_id > $5::uuid"] if after else []))
                         + "\nORDER BY r.work_id\nLIMIT $2", 1)
     if retracted is False:
-        conditions.append(f"NOT {retracted_sql('w.work_id')}")
+        conditions.append(_work_retracted("w.work_id", False))
     if after:
         conditions.append("w.work_id > $5::uuid")
     return at_param("SELECT w.* FROM work_snapshots AS w\nWHERE " + "\n  AND ".join(conditions)
