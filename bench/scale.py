@@ -26,7 +26,7 @@ import statistics
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,11 @@ import asyncpg
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from app.cursors import encode_browse  # noqa: E402
+from app.db.pool import BEGIN  # noqa: E402
+from loaders.browse import browse_papers, browse_works, sort_key  # noqa: E402
+
 RESULTS = ROOT / "bench" / "results" / "scale"
 SECTION = "## Research at scale (`python bench/scale.py`)"
 SAMPLE = "2402.15627"
@@ -143,6 +148,59 @@ async def walk(client: Client, query: str, field: str, variables: dict) -> dict:
             "actual": pages[0]["actual"], "ids": sorted(ids)}
 
 
+async def every_key(url: str, field: str, variables: dict) -> list[tuple[str, str | None]]:
+    """Every item of a list in its order with the cursor of the page after it, through the loader itself
+    (pages of 5,000 on a connection of its own, read as the pool reads)."""
+    conn = await asyncpg.connect(url)
+    found: list[tuple[str, str | None]] = []
+    try:
+        await conn.execute(BEGIN.format(ms=600_000))
+        at, after = datetime.now(UTC), None
+        f = variables.get("filter") or {}
+        while True:
+            if field == "browsePapers":
+                order = variables["order"]
+                window = [datetime.fromisoformat(f[k].replace("Z", "+00:00")) if f.get(k) else None
+                          for k in ("submittedFrom", "submittedTo")]
+                page = await browse_papers(conn, at, 5000, order, f.get("category"), *window,
+                                           f.get("citesRetracted"), after)
+                for paper, inbound in page.papers:
+                    key = sort_key(order, paper, inbound)
+                    found.append((paper.arxiv_id, encode_browse(order, key)))
+                    after = [paper.submitted_at, paper.arxiv_id] if order == "SUBMITTED_AT" else key
+            else:
+                page = await browse_works(conn, at, 5000, f.get("retracted"), None, None, after)
+                for work in page.works:
+                    found.append((str(work.work_id), encode_browse("works", [str(work.work_id)])))
+                    after = work.work_id
+            if not page.more:
+                return found
+    finally:
+        await conn.close()
+
+
+async def sampled(client: Client, url: str, query: str, field: str, variables: dict, pages: int) -> dict:
+    """The first page, `pages` pages spread evenly through the list, and the last, over HTTP, each from the
+    cursor of the item before it; the list itself is read whole through the loader (every item, its order)."""
+    keys = await every_key(url, field, variables)
+    starts = sorted({0, *(round(i * len(keys) / (pages + 1)) // 100 * 100 for i in range(1, pages + 1)),
+                     max(0, (len(keys) - 1) // 100 * 100)})
+    timed = []
+    for start in starts:
+        r = await client.ask(query, {**variables, "after": keys[start - 1][1] if start else None})
+        data = (r["body"].get("data") or {}).get(field) or {"nodes": []}
+        got = [n.get("arxivId") or n.get("workId") for n in data["nodes"]]
+        timed.append({**{k: r[k] for k in ("status", "codes", "requested", "actual", "ms")},
+                      "agrees": got == [k for k, _ in keys[start:start + 100]]})
+    times = [p["ms"] for p in timed]
+    failed = [p for p in timed if p["status"] != 200 or p["codes"] or not p["agrees"]]
+    return {"pages": (len(keys) + 99) // 100 or 1, "timed": len(timed), "items": len(keys),
+            "distinct": len({k for k, _ in keys}), "first_ms": times[0], "middle_ms": times[len(times) // 2],
+            "last_ms": times[-1], "max_ms": max(times), "median_ms": statistics.median(times),
+            "failed": failed[:3], "price": timed[0]["requested"], "actual": timed[0]["actual"],
+            "ids": sorted(k for k, _ in keys)}
+
+
 async def bulk(client: Client, arxiv_id: str) -> dict:
     started = time.perf_counter()
     rows = 0
@@ -164,7 +222,7 @@ def recipe(args: list[str], base: str) -> dict:
             "stderr": done.stderr.strip().splitlines()[-1:] if done.stderr.strip() else []}
 
 
-async def measure(url: str, port: int) -> dict:
+async def measure(url: str, port: int, sample: int | None, growth: list[str]) -> dict:
     env = {**os.environ, "DATABASE_URL": url, "PITH_PORT": str(port)}
     server = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--port", str(port)], cwd=ROOT, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -188,6 +246,13 @@ async def measure(url: str, port: int) -> dict:
         finally:
             await conn.close()
         log(f"{count:,} papers; {papers}; {sizes}")
+        if sample is None:
+            sample = 0 if count <= 100_000 else 30
+
+        async def listed(query: str, field: str, variables: dict) -> dict:
+            if sample:
+                return await sampled(client, url, query, field, variables, sample)
+            return await walk(client, query, field, variables)
         result: dict[str, Any] = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "papers": count,
                                   "chosen": papers, "sizes": sizes, "operations": {}, "enumeration": {},
                                   "recipes": [], "load": os.getloadavg()}
@@ -207,7 +272,7 @@ async def measure(url: str, port: int) -> dict:
         for label, value in filters.items():
             sets = []
             for order in ORDERS:
-                found = await walk(client, BROWSE, "browsePapers", {"filter": value, "order": order})
+                found = await listed(BROWSE, "browsePapers", {"filter": value, "order": order})
                 sets.append(found.pop("ids"))
                 result["enumeration"][f"browsePapers {order}, {label}"] = found
                 log(f"browsePapers {order} {label}: {found['pages']} pages, max {found['max_ms']} ms")
@@ -215,13 +280,16 @@ async def measure(url: str, port: int) -> dict:
                 "same": all(s == sets[0] for s in sets), "items": len(sets[0])}
         for label, value in {"none": None, "retracted: true": {"retracted": True},
                              "retracted: false": {"retracted": False}}.items():
-            found = await walk(client, WORKS, "works", {"filter": value})
+            found = await listed(WORKS, "works", {"filter": value})
             found.pop("ids")
             result["enumeration"][f"works, {label}"] = found
             log(f"works {label}: {found['pages']} pages, max {found['max_ms']} ms")
         result["recipes"].append(recipe(["retracted_references.py"], base))
-        result["recipes"].append(recipe(["citation_growth.py", "--submitted-from", "1990-01-01T00:00:00Z"], base))
-        result["recipes"].append(recipe(["citation_growth.py", "--category", "cs.LG"], base))
+        if growth:
+            result["recipes"].append(recipe(["citation_growth.py", *growth], base))
+        else:
+            result["recipes"].append(recipe(["citation_growth.py", "--submitted-from", "1990-01-01T00:00:00Z"], base))
+            result["recipes"].append(recipe(["citation_growth.py", "--category", "cs.LG"], base))
         log(f"recipes: {result['recipes']}")
         await client.http.aclose()
         return result
@@ -260,14 +328,19 @@ def report_lines() -> list[str]:
                 case = "`" + case.replace("|", "/").replace("`", "") + "`" if x["case"].startswith("README") else case
                 lines.append(f"| {role} | {case} | {status} | {x.get('requested') or ''} | "
                              f"{x.get('actual') or ''} | {ratio} | {x['ms']:,} ms |")
-        lines += ["", "Every page of 100 of every enumeration order and filter, through to the end:", "",
-                  "| list | pages | items | first | middle | last | slowest | median | failed |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+        timed = [x.get("timed") for x in r["enumeration"].values() if "timed" in x]
+        lines += ["", ("Every page of 100 of every enumeration order and filter, through to the end:" if not timed else
+                       f"Pages of 100 of every enumeration order and filter: each list read whole through the loader "
+                       f"(its items, in order, the same in every order), and over HTTP its first page, "
+                       f"{max(timed) - 2} pages spread evenly through it and its last (each checked against the "
+                       f"loader's items):"), "",
+                  "| list | pages | timed | items | first | middle | last | slowest | median | failed |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for case, x in r["enumeration"].items():
             if "same" in x:
-                lines.append(f"| {case} | | {x['items']} | {'yes' if x['same'] else 'NO'} | | | | | |")
+                lines.append(f"| {case} | | | {x['items']} | {'yes' if x['same'] else 'NO'} | | | | | |")
             else:
-                lines.append(f"| {case} | {x['pages']} | {x['items']} | {x['first_ms']} ms | {x['middle_ms']} ms | "
+                lines.append(f"| {case} | {x['pages']} | {x.get('timed', x['pages'])} | {x['items']} | {x['first_ms']} ms | {x['middle_ms']} ms | "
                              f"{x['last_ms']} ms | {x['max_ms']} ms | {x['median_ms']:.1f} ms | {len(x['failed'])} |")
         lines += ["", "| recipe | exit | rows | time |", "|---|---|---|---|"]
         for x in r["recipes"]:
@@ -293,9 +366,14 @@ def main() -> int:
     parser.add_argument("--database-url", help="a graph written by pith-graph synth")
     parser.add_argument("--port", type=int, default=8791)
     parser.add_argument("--report", action="store_true", help="rebuild the section of BENCHMARKS.md")
+    parser.add_argument("--sample", type=int, help="time this many pages spread through each list besides the first "
+                        "and last (each list is still read whole, through the loader); default: every page up to "
+                        "100,000 papers, else 30")
+    parser.add_argument("--growth", nargs="*", default=[], help="citation_growth.py's arguments instead of the "
+                        "whole graph and cs.LG (e.g. --submitted-from 2019-01-01T00:00:00Z --submitted-to ...)")
     args = parser.parse_args()
     if args.database_url:
-        result = asyncio.run(measure(args.database_url, args.port))
+        result = asyncio.run(measure(args.database_url, args.port, args.sample, args.growth))
         RESULTS.mkdir(parents=True, exist_ok=True)
         target = RESULTS / f"{result['date'][:10]}-{result['papers']}-hub{result['sizes']['hub']['inbound']}.json"
         target.write_text(json.dumps(result, indent=2) + "\n")
