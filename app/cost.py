@@ -243,8 +243,11 @@ class Costing:
         if name == "searchPapers":
             return PRICES["search"]
         if name in ("browsePapers", "works"):
-            # An index walk that stops after the page; ordered by inbound total, every paper's is counted first.
-            scan = 2 * self.scale.current.papers if args.get("orderBy") == "INBOUND_COUNT_DESC" else 0
+            # An index walk that stops after the page, in every order: ordered by inbound total, the totals the
+            # database keeps (migration 0011) serve every instant from the latest counted visibility on, which
+            # is now; an instant asked for (asOf) may be earlier, and then every paper's total is counted first.
+            counted = args.get("orderBy") == "INBOUND_COUNT_DESC" and args.get("asOf") is not None
+            scan = 2 * self.scale.current.papers if counted else 0
             return PRICES["search"] + scan
         if name == "neighbourhood":
             return size + (args.get("depth") or 2) * PRICES["hop"]  # the edges read, a statement per hop

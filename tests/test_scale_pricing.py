@@ -150,6 +150,28 @@ PAGE = """query($id: String!, $after: String, $at: DateTime) { paper(arxivId: $i
     standingNotice { state events { eventType source } } } } pageInfo { hasNextPage endCursor } } } }"""
 
 
+async def test_browsing_most_cited_first_now_is_priced_as_the_walk_it_is(hub_graph):
+    """INBOUND_COUNT_DESC now reads the kept totals, an index walk like the other orders: priced as they are,
+    inline or from a variable; at an instant asked for (asOf), which may precede the kept totals and then
+    counts every paper, the count is priced as well. Each price bounds the work done."""
+    served, _, _ = hub_graph
+    page = "{ nodes { arxivId } pageInfo { endCursor } }"
+    found = {}
+    for label, query, variables in [
+            ("ARXIV_ID", "{ browsePapers(orderBy: ARXIV_ID, first: 100) %s }" % page, None),
+            ("INBOUND_COUNT_DESC", "{ browsePapers(orderBy: INBOUND_COUNT_DESC, first: 100) %s }" % page, None),
+            ("variable", "query($o: PaperOrder!) { browsePapers(orderBy: $o, first: 100) %s }" % page,
+             {"o": "INBOUND_COUNT_DESC"}),
+            ("asOf", '{ browsePapers(orderBy: INBOUND_COUNT_DESC, first: 100, asOf: "2026-03-01T00:00:00Z") %s }'
+             % page, None)]:
+        body = await served.graphql(query, variables)
+        assert "errors" not in body, body
+        found[label] = cost(body)
+        assert found[label]["requested"] >= found[label]["actual"], (label, found[label])
+    assert found["INBOUND_COUNT_DESC"]["requested"] == found["ARXIV_ID"]["requested"] == found["variable"]["requested"]
+    assert found["asOf"]["requested"] > found["ARXIV_ID"]["requested"]
+
+
 async def paged(served, arxiv_id: str, at: str) -> list[tuple]:
     rows, after = [], None
     while True:
