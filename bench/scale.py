@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from app.cursors import encode_browse  # noqa: E402
 from app.db.pool import BEGIN  # noqa: E402
-from loaders.browse import browse_papers, browse_works, sort_key  # noqa: E402
+from loaders.browse import browse_papers, browse_sql, browse_works, sort_key, works_sql  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "scale"
 SECTION = "## Research at scale (`python bench/scale.py`)"
@@ -148,11 +148,52 @@ async def walk(client: Client, query: str, field: str, variables: dict) -> dict:
             "actual": pages[0]["actual"], "ids": sorted(ids)}
 
 
-async def every_key(url: str, field: str, variables: dict) -> list[tuple[str, str | None]]:
-    """Every item of a list in its order with the cursor of the page after it, through the loader itself
-    (pages of 5,000 on a connection of its own, read as the pool reads)."""
+def _literal(value: Any) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, (int, float)):
+        return str(value)
+    text = value.isoformat() if isinstance(value, datetime) else str(value)
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _scanned(plan: dict) -> int:
+    own = 0
+    if "Scan" in plan["Node Type"]:
+        own = (plan.get("Actual Rows", 0) + plan.get("Rows Removed by Filter", 0)) * plan.get("Actual Loops", 1)
+    return own + sum(_scanned(p) for p in plan.get("Plans", ()))
+
+
+async def explained(url: str, field: str, variables: dict, after: list | None) -> dict:
+    """EXPLAIN ANALYZE of a page's statement as the pool runs it: PREPAREd, under force_generic_plan."""
+    f = variables.get("filter") or {}
+    at = datetime.now(UTC)
+    if field == "browsePapers":
+        sql = browse_sql(variables["order"], f.get("citesRetracted"), after is not None)
+        window = [datetime.fromisoformat(f[k].replace("Z", "+00:00")) if f.get(k) else None
+                  for k in ("submittedFrom", "submittedTo")]
+        args = [at, 101, f.get("category"), *window, *(after or ())]
+    else:
+        sql = works_sql(f.get("retracted"), after is not None)
+        args = [at, 101, None, None, *(after or ())]
     conn = await asyncpg.connect(url)
-    found: list[tuple[str, str | None]] = []
+    try:
+        await conn.execute(BEGIN.format(ms=600_000))
+        await conn.execute(f"PREPARE page AS {sql}")
+        row = await conn.fetchval("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE page("
+                                  + ", ".join(_literal(a) for a in args) + ")")
+    finally:
+        await conn.close()
+    plan = json.loads(row)[0]
+    return {"rows_read": _scanned(plan["Plan"]), "ms": round(plan["Execution Time"], 2),
+            "generic": "$1" in json.dumps(plan["Plan"])}
+
+
+async def every_key(url: str, field: str, variables: dict) -> list[tuple[str, str | None, list]]:
+    """Every item of a list in its order with the cursor of the page after it (and the loader's key),
+    through the loader itself (pages of 5,000 on a connection of its own, read as the pool reads)."""
+    conn = await asyncpg.connect(url)
+    found: list[tuple[str, str | None, list]] = []
     try:
         await conn.execute(BEGIN.format(ms=600_000))
         at, after = datetime.now(UTC), None
@@ -166,12 +207,12 @@ async def every_key(url: str, field: str, variables: dict) -> list[tuple[str, st
                                            f.get("citesRetracted"), after)
                 for paper, inbound in page.papers:
                     key = sort_key(order, paper, inbound)
-                    found.append((paper.arxiv_id, encode_browse(order, key)))
                     after = [paper.submitted_at, paper.arxiv_id] if order == "SUBMITTED_AT" else key
+                    found.append((paper.arxiv_id, encode_browse(order, key), after))
             else:
                 page = await browse_works(conn, at, 5000, f.get("retracted"), None, None, after)
                 for work in page.works:
-                    found.append((str(work.work_id), encode_browse("works", [str(work.work_id)])))
+                    found.append((str(work.work_id), encode_browse("works", [str(work.work_id)]), [work.work_id]))
                     after = work.work_id
             if not page.more:
                 return found
@@ -183,6 +224,9 @@ async def sampled(client: Client, url: str, query: str, field: str, variables: d
     """The first page, `pages` pages spread evenly through the list, and the last, over HTTP, each from the
     cursor of the item before it; the list itself is read whole through the loader (every item, its order)."""
     keys = await every_key(url, field, variables)
+    late = keys[max(0, len(keys) * 9 // 10 - 1)][2] if len(keys) > 100 else None
+    plans = {"first": await explained(url, field, variables, None),
+             "late": await explained(url, field, variables, late) if late else None}
     starts = sorted({0, *(round(i * len(keys) / (pages + 1)) // 100 * 100 for i in range(1, pages + 1)),
                      max(0, (len(keys) - 1) // 100 * 100)})
     timed = []
@@ -191,14 +235,14 @@ async def sampled(client: Client, url: str, query: str, field: str, variables: d
         data = (r["body"].get("data") or {}).get(field) or {"nodes": []}
         got = [n.get("arxivId") or n.get("workId") for n in data["nodes"]]
         timed.append({**{k: r[k] for k in ("status", "codes", "requested", "actual", "ms")},
-                      "agrees": got == [k for k, _ in keys[start:start + 100]]})
+                      "agrees": got == [k for k, _, _ in keys[start:start + 100]]})
     times = [p["ms"] for p in timed]
     failed = [p for p in timed if p["status"] != 200 or p["codes"] or not p["agrees"]]
     return {"pages": (len(keys) + 99) // 100 or 1, "timed": len(timed), "items": len(keys),
-            "distinct": len({k for k, _ in keys}), "first_ms": times[0], "middle_ms": times[len(times) // 2],
+            "distinct": len({k for k, _, _ in keys}), "plans": plans, "first_ms": times[0], "middle_ms": times[len(times) // 2],
             "last_ms": times[-1], "max_ms": max(times), "median_ms": statistics.median(times),
             "failed": failed[:3], "price": timed[0]["requested"], "actual": timed[0]["actual"],
-            "ids": sorted(k for k, _ in keys)}
+            "ids": sorted(k for k, _, _ in keys)}
 
 
 async def bulk(client: Client, arxiv_id: str) -> dict:
@@ -298,6 +342,13 @@ async def measure(url: str, port: int, sample: int | None, growth: list[str]) ->
         server.wait(timeout=30)
 
 
+def plan_text(plans: dict | None) -> str:
+    if not plans:
+        return ""
+    shown = [f"{p['rows_read']:,} ({p['ms']} ms)" if p else "-" for p in (plans["first"], plans.get("late"))]
+    return " / ".join(shown)
+
+
 def report_lines() -> list[str]:
     newest: dict[tuple[int, int], dict] = {}
     for path in sorted(RESULTS.glob("*.json")):
@@ -334,14 +385,16 @@ def report_lines() -> list[str]:
                        f"(its items, in order, the same in every order), and over HTTP its first page, "
                        f"{max(timed) - 2} pages spread evenly through it and its last (each checked against the "
                        f"loader's items):"), "",
-                  "| list | pages | timed | items | first | middle | last | slowest | median | failed |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+                  "| list | pages | timed | items | first | middle | last | slowest | median | failed | rows read, first / "
+                  "late page (EXPLAIN, generic plan) |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         for case, x in r["enumeration"].items():
             if "same" in x:
-                lines.append(f"| {case} | | | {x['items']} | {'yes' if x['same'] else 'NO'} | | | | | |")
+                lines.append(f"| {case} | | | {x['items']} | {'yes' if x['same'] else 'NO'} | | | | | | |")
             else:
                 lines.append(f"| {case} | {x['pages']} | {x.get('timed', x['pages'])} | {x['items']} | {x['first_ms']} ms | {x['middle_ms']} ms | "
-                             f"{x['last_ms']} ms | {x['max_ms']} ms | {x['median_ms']:.1f} ms | {len(x['failed'])} |")
+                             f"{x['last_ms']} ms | {x['max_ms']} ms | {x['median_ms']:.1f} ms | {len(x['failed'])} | "
+                             f"{plan_text(x.get('plans'))} |")
         lines += ["", "| recipe | exit | rows | time |", "|---|---|---|---|"]
         for x in r["recipes"]:
             lines.append(f"| {x['case']} | {x['status']} | {x['rows']:,} | {x['ms'] / 1000:,.1f} s |")
