@@ -38,6 +38,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -308,6 +309,8 @@ async def subscriber_restart(url: str, a: Path, b: Path, notes: dict[str, Any], 
                             resume = error.get("extensions", {}).get("after", resume)
             except websockets.ConnectionClosed as exc:
                 closes.append([exc.rcvd.code, exc.rcvd.reason] if exc.rcvd else None)
+                told = re.search(r"after: (\S+)", exc.rcvd.reason) if exc.rcvd else None
+                resume = told.group(1) if told else resume  # a 1012's reason names the cursor
         return resume
 
     from app.live import encode_cursor
