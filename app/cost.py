@@ -24,9 +24,9 @@ from graphql import (
 from graphql.error import GraphQLError
 
 from app.errors import QueryCostError, UserInputError
-from app.limits import ARGUMENT_RANGES as LIMITS
+from app.limits import ARGUMENTS, argument_default, out_of_range
 from loaders.base import scanned
-from app.limits import (DEFAULT_MAX_CHANGES, MAX_COST, MAX_IDS, MAX_NEIGHBOURHOOD_PAPERS, MAX_NODES,
+from app.limits import (MAX_COST, MAX_IDS, MAX_NEIGHBOURHOOD_PAPERS, MAX_NODES,
                         MAX_TOTAL_DEPTH, POINT_UNITS)
 
 # (field name) -> (argument that sizes it, its default)
@@ -63,7 +63,7 @@ class Costing:
         self.variables = variables
         self.scale = scale or DataScale()
         self.root = True  # papers/nodes are the root fields; a Paper has none of those names
-        self.max_changes = DEFAULT_MAX_CHANGES
+        self.max_changes = argument_default("maxChanges")
         self.sizes = sizes  # each named paper's size; None: the largest paper's stands for every paper
         self.paper: str | None = None  # the paper whose fields are being priced, when the query names it
 
@@ -101,12 +101,11 @@ class Costing:
             value = value_from_ast_untyped(arg.value, self.variables)
             if value is not Undefined:
                 values[arg.name.value] = value
-        for name, (low, high) in LIMITS.items():
+        for name in ARGUMENTS:
             if values.get(name) is not None:
-                value = values[name]
-                if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-                    raise UserInputError(f"{name}: {value!r} is out of range; allowed {low} to {high}",
-                                         nodes=[field], argument=name)
+                refused = out_of_range(name, values[name])
+                if refused is not None:
+                    raise UserInputError(refused, nodes=[field], argument=name)
         return values
 
     def fields(self, selection_set: SelectionSetNode | None, seen: frozenset[str] = frozenset()) -> Iterator[FieldNode]:
@@ -154,8 +153,8 @@ class Costing:
                     self.root, self.paper = root, None
                     continue
             elif name == "neighbourhood":
-                depth = args.get("depth") or 2
-                per_paper = args.get("perPaper") or 10
+                depth = args.get("depth") or argument_default("depth")
+                per_paper = args.get("perPaper") or argument_default("perPaper")
                 # No walk reaches more papers than there are (nor than the cap), nor more at its first hop
                 # than the paper has edges that way.
                 first_hop = per_paper
@@ -181,7 +180,7 @@ class Costing:
                 else None
             saved = self.max_changes
             if name == "recordDiff":
-                self.max_changes = args.get("maxChanges") or DEFAULT_MAX_CHANGES
+                self.max_changes = args.get("maxChanges") or argument_default("maxChanges")
             # Inside a list, what repeats per item is its items (edges, nodes, papers...); a connection's
             # totalCount and pageInfo come once per connection.
             below = self.price_connection(field.selection_set, own, multiplier) if connection \
@@ -232,7 +231,7 @@ class Costing:
             return PRICES["record"]
         if name == "recordDiff":
             own = self.size_of(args.get("arxivId") if self.root else self.paper)
-            return diff_units(own, args.get("maxChanges") or DEFAULT_MAX_CHANGES)
+            return diff_units(own, args.get("maxChanges") or argument_default("maxChanges"))
         if name == "timeline":
             # Every observation of the paper and the facts about them are read into the server, then a
             # record is built at each entry of the page (they share their statements: cheaper than one each).
@@ -250,7 +249,8 @@ class Costing:
             scan = 2 * self.scale.current.papers if counted else 0
             return PRICES["search"] + scan
         if name == "neighbourhood":
-            return size + (args.get("depth") or 2) * PRICES["hop"]  # the edges read, a statement per hop
+            # the edges read, a statement per hop
+            return size + (args.get("depth") or argument_default("depth")) * PRICES["hop"]
         if name == "totalCount":
             return PRICES["count"]
         if name == "citationsByYear":  # every citing observation of the paper, and each citer's snapshot
@@ -582,7 +582,7 @@ def _plan(schema: Any, document: Any, operation_name: str | None, compiled: bool
         found = False
 
         def enter_argument(self, node: Any, *_: Any) -> None:
-            if node.name.value in (*LIMITS, "arxivIds", "ids") and isinstance(node.value, VariableNode):
+            if node.name.value in (*ARGUMENTS, "arxivIds", "ids") and isinstance(node.value, VariableNode):
                 Sized.found = True
             elif node.name.value in ("arxivIds", "ids") and any(isinstance(v, VariableNode)
                                                                 for v in getattr(node.value, "values", ())):

@@ -26,10 +26,26 @@ MAX_COMPARISONS: Final = 15_000
 MAX_IDS: Final = 100  # papers(arxivIds:), nodes(ids:)
 MAX_FIRST: Final = 100  # first / last of every connection
 MAX_CURSOR_LENGTH: Final = 400
-ARGUMENT_RANGES: Final = {"first": (1, MAX_FIRST), "last": (1, MAX_FIRST), "perPaper": (1, 100), "depth": (1, 3),
-                          "maxChanges": (1, 10_000)}
+# The bounded arguments: (default when not given, lowest, highest), read by the schema (defaults,
+# descriptions, checks), the prices (app/cost.py) and the REST exports (app/web/routes.py, snake_case).
+ARGUMENTS: Final = {"first": (None, 1, MAX_FIRST), "last": (None, 1, MAX_FIRST), "perPaper": (10, 1, 100),
+                    "depth": (2, 1, 3), "maxChanges": (1_000, 1, 10_000)}
 MAX_NEIGHBOURHOOD_PAPERS: Final = 10_000
-DEFAULT_MAX_CHANGES: Final = 1_000  # recordDiff's changes when maxChanges is not given
+
+
+def argument_default(name: str) -> int:
+    """The value a bounded argument takes when it is not given (ARGUMENTS)."""
+    value = ARGUMENTS[name][0]
+    assert value is not None, name
+    return value
+
+
+def out_of_range(name: str, value: object) -> str | None:
+    """Why a bounded argument's value is refused (None: within its range), as every entry says it."""
+    _, low, high = ARGUMENTS[name]
+    if isinstance(value, int) and not isinstance(value, bool) and low <= value <= high:
+        return None
+    return f"{name}: {value!r} is out of range; allowed {low} to {high}"
 
 # --- how much work one operation may cost (app/cost.py) -----------------------------------------
 MAX_NODES: Final = 500_000  # GitHub's rule: list nodes a query may return, multiplied out

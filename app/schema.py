@@ -14,7 +14,7 @@ from strawberry.extensions import MaxAliasesLimiter, QueryDepthLimiter
 from strawberry.schema.config import StrawberryConfig
 from strawberry.types import Info
 
-from app.limits import (ARGUMENT_RANGES, DEFAULT_MAX_CHANGES, MAX_ALIASES, MAX_DEPTH, MAX_FIRST, MAX_IDS,
+from app.limits import (MAX_ALIASES, MAX_DEPTH, MAX_FIRST, MAX_IDS, argument_default, out_of_range,
                         MAX_NEIGHBOURHOOD_PAPERS, MAX_TOKENS)
 from app.errors import UserInputError
 from app.timeparse import BadInput, parse_arxiv_id, parse_search_words
@@ -249,7 +249,7 @@ class Query:
         to: Annotated[datetime, strawberry.argument(description="The later instant (not before `from`).")],
         max_changes: Annotated[int, strawberry.argument(description=(
             "At most this many changes, the oldest first (1 to 10,000); `changesTruncated` says when more "
-            "followed. Priced per change."))] = DEFAULT_MAX_CHANGES,
+            "followed. Priced per change."))] = argument_default("maxChanges"),
         kinds: Annotated[list[ChangeKind] | None, strawberry.argument(description=(
             "Only changes of these kinds (the patch is the whole record's either way): "
             "[STANDING_EVENT] lists the retractions and corrections alone."))] = None,
@@ -272,10 +272,9 @@ class Query:
         new = record.build_record(after)
         old = record.build_record(before) if before is not None else None
         patch = [{"op": "add", "path": "", "value": new}] if old is None else diff(old, new)
-        low, high = ARGUMENT_RANGES["maxChanges"]
-        if not low <= max_changes <= high:
-            raise UserInputError(f"maxChanges: {max_changes} is out of range; allowed {low} to {high}",
-                                 argument="maxChanges")
+        refused = out_of_range("maxChanges", max_changes)
+        if refused is not None:
+            raise UserInputError(refused, argument="maxChanges")
         changes = await record_changes(context.session, paper, from_, to, max_changes + 1,
                                        [k.value for k in kinds] if kinds is not None else None)
         # The changes statement scans every observation of the paper (and their facts), whatever it returns.
@@ -296,14 +295,15 @@ class Query:
         self, info: Info, arxiv_id: ArxivIdArg,
         direction: Annotated[Direction, strawberry.argument(
             description="INBOUND follows citing papers, OUTBOUND cited papers, BOTH both.")] = Direction.INBOUND,
-        depth: Annotated[int, strawberry.argument(description="Hops, 1 to 3.")] = 2,
-        per_paper: Annotated[int, strawberry.argument(description="Edges followed per paper, 1 to 100.")] = 10,
+        depth: Annotated[int, strawberry.argument(description="Hops, 1 to 3.")] = argument_default("depth"),
+        per_paper: Annotated[int, strawberry.argument(
+            description="Edges followed per paper, 1 to 100.")] = argument_default("perPaper"),
         as_of: AsOfArg = None,
     ) -> Neighbourhood | None:
-        if not 1 <= depth <= 3:
-            raise UserInputError(f"depth: {depth} is out of range; allowed 1 to 3", argument="depth")
-        if not 1 <= per_paper <= 100:
-            raise UserInputError(f"perPaper: {per_paper} is out of range; allowed 1 to 100", argument="perPaper")
+        for name, value in (("depth", depth), ("perPaper", per_paper)):
+            refused = out_of_range(name, value)
+            if refused is not None:
+                raise UserInputError(refused, argument=name)
         at = info.context.instant(as_of)
         return await _walk(info, _arxiv_id(arxiv_id), direction, depth, per_paper, at, info.context.pinned(at))
 

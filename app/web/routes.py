@@ -19,7 +19,7 @@ from app import record
 from app.cost import PRICES, Price
 from app.errors import deadline_error
 from app.governor import RateLimited, Unauthenticated, rate_limit_headers
-from app.limits import MAX_NEIGHBOURHOOD_PAPERS
+from app.limits import ARGUMENTS, MAX_NEIGHBOURHOOD_PAPERS, argument_default
 from app.timeparse import (ARXIV_ID_RULE, AS_OF_RULE, BadInput, answered_as_of, is_pinned, now_as_of,
                            parse_arxiv_id, parse_search_words)
 from app.web.layout import TEMPLATE_VERSION, page, time_tag
@@ -441,10 +441,12 @@ async def favicon(request: Request) -> Response:
 DIRECTIONS = {"inbound": ("in",), "outbound": ("out",), "both": ("in", "out")}
 
 
-def _bounded(request: Request, name: str, default: int, low: int, high: int) -> int:
+def _bounded(request: Request, name: str, argument: str) -> int:
+    """A query parameter bounded as the GraphQL argument it stands for (app.limits.ARGUMENTS)."""
+    _, low, high = ARGUMENTS[argument]
     raw = request.query_params.get(name)
     if raw is None:
-        return default
+        return argument_default(argument)
     text = raw.strip()
     if not (text.isascii() and text.isdigit() and len(text) <= 9 and low <= int(text) <= high):
         shown = raw if len(raw) <= 40 else raw[:40] + "..."
@@ -462,8 +464,8 @@ def _walk_arguments(request: Request) -> tuple[str, tuple[str, ...], int, int, "
     direction = params.get("direction", "inbound").strip().lower()
     if direction not in DIRECTIONS:
         raise BadRequest(f"direction: {direction[:40]!r} is not allowed; give inbound, outbound or both")
-    depth = _bounded(request, "depth", 2, 1, 3)
-    per_paper = _bounded(request, "per_paper", 10, 1, 100)
+    depth = _bounded(request, "depth", "depth")
+    per_paper = _bounded(request, "per_paper", "perPaper")
     raw_as_of = params.get("as_of")
     try:
         arxiv_id = parse_arxiv_id(raw_id)
