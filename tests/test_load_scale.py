@@ -122,7 +122,8 @@ async def test_a_killed_load_ends_its_backend_and_releases_its_locks(empty_datab
         process = subprocess.Popen([sys.executable, "-m", "app.cli", "load", str(SEED)],
                                    env={**os.environ, "DATABASE_URL": empty_database},
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        waiting = "SELECT pid FROM pg_stat_activity WHERE application_name = 'pith-graph load' AND wait_event_type = 'Lock'"
+        waiting = ("SELECT pid FROM pg_stat_activity WHERE application_name = 'pith-graph load' AND wait_event_type = 'Lock' "
+                   "AND datname = current_database()")
         for _ in range(600):
             pid = await watcher.fetchval(waiting)
             if pid is not None:

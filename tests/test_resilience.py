@@ -89,7 +89,8 @@ async def test_a_client_that_goes_away_cancels_its_query(database_url):
     blocker = await asyncpg.connect(database_url)
     try:
         await blocker.execute("BEGIN; LOCK TABLE citation_observations IN ACCESS EXCLUSIVE MODE")
-        waiting = "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pith-graph' AND wait_event_type = 'Lock'"
+        waiting = ("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pith-graph' AND wait_event_type = 'Lock' "
+                   "AND datname = current_database()")
         async with httpx.AsyncClient(timeout=1.0) as client:
             with pytest.raises(httpx.TimeoutException):
                 await client.get(server.base + "/paper/2402.15627/citation-record.json")
@@ -212,7 +213,7 @@ async def test_sigkill_in_the_middle_of_a_load_leaves_the_database_as_before(adm
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
                 busy = await conn.fetchval("SELECT count(*) FROM pg_stat_activity WHERE application_name = "
-                                           "'pith-graph load' AND state <> 'idle'")
+                                           "'pith-graph load' AND state <> 'idle' AND datname = current_database()")
                 if busy and time.monotonic() > deadline - 59.5:
                     break
                 await asyncio.sleep(0.05)
@@ -221,7 +222,7 @@ async def test_sigkill_in_the_middle_of_a_load_leaves_the_database_as_before(adm
             assert victim.returncode == -signal.SIGKILL
             for _ in range(100):  # the server notices the dead client and rolls back
                 if not await conn.fetchval("SELECT count(*) FROM pg_stat_activity WHERE application_name = "
-                                           "'pith-graph load'"):
+                                           "'pith-graph load' AND datname = current_database()"):
                     break
                 await asyncio.sleep(0.1)
         finally:
