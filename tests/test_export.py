@@ -488,6 +488,14 @@ async def test_recipe_citation_growth_by_publication_year(synthetic, server):
     rows = list(csv.DictReader(io.StringIO(done.stdout)))
     assert [(int(r["year"]), int(r["citing_papers"])) for r in rows] == expected and sum(n for _, n in expected) > 10
     assert [int(r["cumulative"]) for r in rows] == [sum(n for _, n in expected[:i + 1]) for i in range(len(expected))]
+    # What the recipe counts instead for a paper priced over the limit even alone (a hub): the bulk route's
+    # whole inbound list and its citers' versions 1, the same years and counts.
+    done = subprocess.run([sys.executable, "-S", "-c", "import json, sys; sys.path.insert(0, sys.argv[1]); "
+                           "from citation_growth import by_year_from_bulk; "
+                           "print(json.dumps(by_year_from_bulk(sys.argv[2], sys.argv[3], None)))",
+                           str(EXAMPLES), server.base + "/graphql", paper], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert [(r["year"], r["count"]) for r in json.loads(done.stdout)] == expected
     done = recipe("citation_growth.py", "--category", category, "--url", server.base + "/graphql")
     assert done.returncode == 0, done.stderr
     assert f"{in_category} papers" in done.stderr
