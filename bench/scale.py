@@ -266,7 +266,8 @@ def recipe(args: list[str], base: str) -> dict:
             "stderr": done.stderr.strip().splitlines()[-1:] if done.stderr.strip() else []}
 
 
-async def measure(url: str, port: int, sample: int | None, growth: list[str]) -> dict:
+async def measure(url: str, port: int, sample: int | None, growth: list[str], parts: set[str],
+                  lists: str | None) -> dict:
     env = {**os.environ, "DATABASE_URL": url, "PITH_PORT": str(port)}
     server = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--port", str(port)], cwd=ROOT, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -301,7 +302,8 @@ async def measure(url: str, port: int, sample: int | None, growth: list[str]) ->
                                   "chosen": papers, "sizes": sizes, "operations": {}, "enumeration": {},
                                   "recipes": [], "load": os.getloadavg()}
         readme = readme_operations()
-        for role, arxiv_id in papers.items():
+        result["parts"] = sorted(parts) + ([f"lists with {lists!r}"] if lists else [])
+        for role, arxiv_id in papers.items() if "operations" in parts else ():
             lines = []
             for name, query in OPERATIONS.items():
                 lines.append(line(name, await client.ask(query, {"id": arxiv_id})))
@@ -313,7 +315,9 @@ async def measure(url: str, port: int, sample: int | None, growth: list[str]) ->
         filters = {"none": None, "citesRetracted: true": {"citesRetracted": True},
                    "citesRetracted: false": {"citesRetracted": False}, "category cs.LG": {"category": "cs.LG"},
                    "submitted 2019": {"submittedFrom": "2019-01-01T00:00:00Z", "submittedTo": "2019-12-31T23:59:59Z"}}
-        for label, value in filters.items():
+        for label, value in filters.items() if "enumeration" in parts else ():
+            if lists and lists.lower() not in label.lower():
+                continue
             sets = []
             for order in ORDERS:
                 found = await listed(BROWSE, "browsePapers", {"filter": value, "order": order})
@@ -323,15 +327,20 @@ async def measure(url: str, port: int, sample: int | None, growth: list[str]) ->
             result["enumeration"][f"browsePapers {label}: same papers in every order"] = {
                 "same": all(s == sets[0] for s in sets), "items": len(sets[0])}
         for label, value in {"none": None, "retracted: true": {"retracted": True},
-                             "retracted: false": {"retracted": False}}.items():
+                             "retracted: false": {"retracted": False}}.items() if "enumeration" in parts else ():
+            if lists and lists.lower() not in label.lower():
+                continue
             found = await listed(WORKS, "works", {"filter": value})
             found.pop("ids")
             result["enumeration"][f"works, {label}"] = found
             log(f"works {label}: {found['pages']} pages, max {found['max_ms']} ms")
-        result["recipes"].append(recipe(["retracted_references.py"], base))
-        if growth:
+        if "recipes" not in parts:
+            pass
+        elif growth:
+            result["recipes"].append(recipe(["retracted_references.py"], base))
             result["recipes"].append(recipe(["citation_growth.py", *growth], base))
         else:
+            result["recipes"].append(recipe(["retracted_references.py"], base))
             result["recipes"].append(recipe(["citation_growth.py", "--submitted-from", "1990-01-01T00:00:00Z"], base))
             result["recipes"].append(recipe(["citation_growth.py", "--category", "cs.LG"], base))
         log(f"recipes: {result['recipes']}")
@@ -367,6 +376,8 @@ def report_lines() -> list[str]:
     for (n, hub), r in sorted(newest.items()):
         lines += [f"### {n:,} papers, a hub of {hub:,} citations ({r['date'][:10]}; load average {', '.join(f'{x:.1f}' for x in r['load'])} "
                   "at the start, a 2-core machine shared with other work)", "",
+                  *([f"Only part of the run: {', '.join(r['parts'])}.", ""]
+                    if r.get("parts") and r["parts"] != ["enumeration", "operations", "recipes"] else []),
                   "Papers asked about: " + ", ".join(f"{role} {a} ({r['sizes'][role]['inbound']:,} citing, "
                                                       f"{r['sizes'][role]['outbound']} references)"
                                                       for role, a in r["chosen"].items()) + ".", "",
@@ -424,11 +435,16 @@ def main() -> int:
                         "100,000 papers, else 30")
     parser.add_argument("--growth", nargs="*", default=[], help="citation_growth.py's arguments instead of the "
                         "whole graph and cs.LG (e.g. --submitted-from 2019-01-01T00:00:00Z --submitted-to ...)")
+    parser.add_argument("--parts", default="operations,enumeration,recipes",
+                        help="which parts to run (comma-separated; default all three)")
+    parser.add_argument("--lists", help="only the enumeration lists whose filter names this (e.g. retracted)")
     args = parser.parse_args()
     if args.database_url:
-        result = asyncio.run(measure(args.database_url, args.port, args.sample, args.growth))
+        result = asyncio.run(measure(args.database_url, args.port, args.sample, args.growth,
+                                     set(args.parts.split(",")), args.lists))
         RESULTS.mkdir(parents=True, exist_ok=True)
-        target = RESULTS / f"{result['date'][:10]}-{result['papers']}-hub{result['sizes']['hub']['inbound']}.json"
+        part = "-part" if args.lists or set(args.parts.split(",")) != {"operations", "enumeration", "recipes"} else ""
+        target = RESULTS / f"{result['date'][:10]}-{result['papers']}-hub{result['sizes']['hub']['inbound']}{part}.json"
         target.write_text(json.dumps(result, indent=2) + "\n")
         log(f"wrote {target}")
     if args.report or args.database_url:
