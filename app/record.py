@@ -12,9 +12,11 @@ import orjson
 
 from loaders.rows import (
     STATUSES,
+    ItemPiece,
     Observation,
     PaperSnapshot,
     Receipt,
+    RecordItems,
     RecordRows,
     Standing,
 )
@@ -220,7 +222,12 @@ def work_notice_state(work_id: Any, standing: dict[Any, Standing]) -> tuple[str,
 
 
 def standing_notice(obs: Observation, standing: dict[Any, Standing]) -> dict[str, Any]:
-    state, reason, known = notice_state(obs, standing)
+    return work_standing_notice(obs.work.work_id if obs.work is not None else None, standing)
+
+
+def work_standing_notice(work_id: Any, standing: dict[Any, Standing]) -> dict[str, Any]:
+    """The standing notice of an observation linked to the work (None: to no canonical work)."""
+    state, reason, known = work_notice_state(work_id, standing)
     if known is None:
         return _unavailable(reason or "")
     return {
@@ -366,23 +373,18 @@ def _lane(lane: str, denominator: int, observed: int, source: str, observed_at: 
     }
 
 
-def build_record(rows: RecordRows, prebuilt: Prebuilt | None = None) -> dict[str, Any]:
-    """Build the v1 document from the rows visible at rows.as_of (with items built ahead, if given)."""
+def _document(rows: RecordRows | RecordItems, inbound: list[Any], outbound: list[Any], statuses: list[str],
+              linked: list[Any], inbound_at: list[datetime], outbound_at: list[datetime]) -> dict[str, Any]:
+    """The document around its items (dicts or their canonical bytes), from the facts of the displayed
+    observations: the outbound ones' statuses, the works they are linked to, when each was parsed."""
     paper = rows.paper
-    prebuilt = prebuilt or Prebuilt()
-    shared = prebuilt.shared
-    shared.standing, shared.notices = rows.standing, {}
-    serialized = prebuilt.serialized
-    inbound = [_finished(prebuilt.item(o), o, shared, serialized) for o in rows.inbound]
-    outbound = [_finished(prebuilt.item(o), o, shared, serialized) for o in rows.outbound]
-    displayed = rows.inbound + rows.outbound
-
+    displayed = len(inbound) + len(outbound)
     state_counts = {status: 0 for status in STATUSES}
-    for o in rows.outbound:
-        state_counts[o.resolution.status] += 1
+    for status in statuses:
+        state_counts[status] += 1
 
     # Receipts of the works behind the displayed observations, each work once.
-    seen_works = {o.work.work_id for o in displayed if o.work is not None}
+    seen_works = set(linked)
     receipts = [r for w in seen_works if w in rows.standing for r in rows.standing[w].receipts]
     live_latest: dict[str, datetime] = {}
     for r in receipts:
@@ -406,12 +408,12 @@ def build_record(rows: RecordRows, prebuilt: Prebuilt | None = None) -> dict[str
                 rows.counts.outbound,
                 len(outbound),
                 CITATION_SOURCE,
-                z_time(max((o.source_observed_at for o in rows.outbound), default=None)),
+                z_time(max(outbound_at, default=None)),
             ),
             _lane(
                 "standing_notices",
-                len(displayed),
-                len(displayed),
+                displayed,
+                displayed,
                 STANDING_SOURCE,
                 offset_time(latest_receipt(receipts)),
             ),
@@ -420,7 +422,7 @@ def build_record(rows: RecordRows, prebuilt: Prebuilt | None = None) -> dict[str
                 rows.counts.inbound,
                 len(inbound),
                 CITATION_SOURCE,
-                z_time(max((o.source_observed_at for o in rows.inbound), default=None)),
+                z_time(max(inbound_at, default=None)),
             ),
             _lane(
                 "external_citation_measurements",
@@ -453,7 +455,53 @@ def build_record(rows: RecordRows, prebuilt: Prebuilt | None = None) -> dict[str
             f"observations for arXiv:{paper.arxiv_id}."
         ),
     }
+    return document
+
+
+def build_record(rows: RecordRows, prebuilt: Prebuilt | None = None) -> dict[str, Any]:
+    """Build the v1 document from the rows visible at rows.as_of (with items built ahead, if given)."""
+    prebuilt = prebuilt or Prebuilt()
+    shared = prebuilt.shared
+    shared.standing, shared.notices = rows.standing, {}
+    serialized = prebuilt.serialized
+    inbound = [_finished(prebuilt.item(o), o, shared, serialized) for o in rows.inbound]
+    outbound = [_finished(prebuilt.item(o), o, shared, serialized) for o in rows.outbound]
+    document = _document(rows, inbound, outbound, [o.resolution.status for o in rows.outbound],
+                         [o.work.work_id for o in rows.inbound + rows.outbound if o.work is not None],
+                         [o.source_observed_at for o in rows.inbound], [o.source_observed_at for o in rows.outbound])
     # = context_digest(document), the items' bytes reused
     document["context_digest"] = "sha256:" + hashlib.sha256(prebuilt.canonical(
         {k: v for k, v in document.items() if k not in ("context_digest", "as_of")})).hexdigest()
     return document
+
+
+_DIGEST_KEY = b'"observation_digest":"sha256:'
+_NOTICE_KEY = b',"standing_notice":'
+
+
+def _piece_bytes(piece: ItemPiece, notice: bytes) -> bytes:
+    """An item's canonical bytes from the database's pieces and its notice's bytes: the digest is of
+    the item without its own key (observation_digest), which sorts between links and observation_id."""
+    rest = piece.tail + _NOTICE_KEY + notice + b"}"
+    return piece.head + _DIGEST_KEY + hashlib.sha256(piece.head + rest).hexdigest().encode() + b'",' + rest
+
+
+def record_bytes(items: RecordItems) -> tuple[bytes, dict[str, Any]]:
+    """The document's canonical bytes (canonical_bytes(build_record(rows)) for the same rows), and the
+    document with each item as its bytes (an orjson.Fragment), from items the database wrote."""
+    notices: dict[Any, bytes] = {}
+
+    def item(piece: ItemPiece) -> orjson.Fragment:
+        notice = notices.get(piece.work_id)
+        if notice is None:
+            notice = notices[piece.work_id] = canonical_bytes(work_standing_notice(piece.work_id, items.standing))
+        return orjson.Fragment(_piece_bytes(piece, notice))
+
+    inbound, outbound = [item(p) for p in items.inbound], [item(p) for p in items.outbound]
+    document = _document(items, inbound, outbound, [p.status for p in items.outbound],
+                         [p.work_id for p in items.inbound + items.outbound if p.work_id is not None],
+                         [p.source_observed_at for p in items.inbound], [p.source_observed_at for p in items.outbound])
+    document["context_digest"] = "sha256:" + hashlib.sha256(orjson.dumps(
+        {k: v for k, v in document.items() if k not in ("context_digest", "as_of")},
+        option=orjson.OPT_SORT_KEYS)).hexdigest()
+    return orjson.dumps(document, option=orjson.OPT_SORT_KEYS), document

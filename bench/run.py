@@ -71,6 +71,12 @@ def summary(values: list[float]) -> dict[str, float]:
             "mean_ms": statistics.fmean(values) * 1000, "n": len(values)}
 
 
+def bench_database(scale: int) -> str:
+    """The benchmark database of a scale: pith_bench_<scale>, or <PITH_BENCH_DATABASE>_<scale> (runs
+    side by side on one server each keep their own)."""
+    return f"{os.environ.get('PITH_BENCH_DATABASE', 'pith_bench')}_{scale}"
+
+
 def with_database(url: str, name: str) -> str:
     base, _, query = url.partition("?")
     return base.rsplit("/", 1)[0] + "/" + name + ("?" + query if query else "")
@@ -83,14 +89,14 @@ async def drop_bench_database(admin: str, scale: int) -> None:
     """What a run creates, it drops (unless asked to keep it): a 10k graph is about 200 MB."""
     conn = await asyncpg.connect(admin)
     try:
-        await conn.execute(f'DROP DATABASE IF EXISTS "pith_bench_{scale}" WITH (FORCE)')
+        await conn.execute(f'DROP DATABASE IF EXISTS "{bench_database(scale)}" WITH (FORCE)')
     finally:
         await conn.close()
-    log(f"dropped database pith_bench_{scale} (--keep keeps it)")
+    log(f"dropped database {bench_database(scale)} (--keep keeps it)")
 
 
 async def setup(admin: str, scale: int, seed: int, reuse: bool) -> tuple[str, dict[str, Any]]:
-    name = f"pith_bench_{scale}"
+    name = bench_database(scale)
     url = with_database(admin, name)
     conn = await asyncpg.connect(admin)
     try:

@@ -108,13 +108,14 @@ LOW_KEY = _LOW  # the bound of a first page, for statements built elsewhere (app
 _HIGH = ("chr(1114111)", "2147483647", "'ffffffff-ffff-ffff-ffff-ffffffffffff'::uuid")
 
 
-def _inbound_pages(backward: bool, on: str = "o.cited_arxiv_id = k.arxiv_id") -> str:
+def _inbound_pages(backward: bool, on: str = "o.cited_arxiv_id = k.arxiv_id", columns: str = _DETAIL_COLUMNS) -> str:
     """$1 cited ids, $2..$4 the cursor per key (NULL: from the start, or from the end), $5 instant,
     $6 page size, $7 statuses (NULL: all). Rows come in page order (backward pages reversed by the caller).
-    `on` says which observations cite the key: a paper (by default), or a work (WORK_INBOUND_PAGES)."""
+    `on` says which observations cite the key: a paper (by default), or a work (WORK_INBOUND_PAGES).
+    `columns`: what each row gives of o and its details c, d, w, r (by default, all their columns)."""
     bound, op, order = (_HIGH, "<", "DESC") if backward else (_LOW, ">", "ASC")
     return f"""
-SELECT k.ord, {_DETAIL_COLUMNS}
+SELECT k.ord, {columns}
 FROM unnest($1::text[], $2::text[], $3::int[], $4::uuid[])
      WITH ORDINALITY AS k(arxiv_id, key_citing, key_index, key_id, ord)
 CROSS JOIN LATERAL (
@@ -134,11 +135,11 @@ ORDER BY k.ord, page.citing_arxiv_id {order}, page.reference_index {order}, page
 """
 
 
-def _outbound_pages(backward: bool) -> str:
+def _outbound_pages(backward: bool, columns: str = _DETAIL_COLUMNS) -> str:
     """$1 citing ids, $2..$3 the cursor per key, $4 instant, $5 page size, $6 statuses, $7 cites-retracted."""
     bound, op, order = (_HIGH, "<", "DESC") if backward else (_LOW, ">", "ASC")
     return f"""
-SELECT k.ord, {_DETAIL_COLUMNS}
+SELECT k.ord, {columns}
 FROM unnest($1::text[], $2::int[], $3::uuid[]) WITH ORDINALITY AS k(arxiv_id, key_index, key_id, ord)
 CROSS JOIN LATERAL (
     -- Only columns of the outbound index, as for inbound pages.

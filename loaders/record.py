@@ -7,13 +7,15 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any, Awaitable, Callable, Final, Sequence, TypeVar
 
-from loaders.base import Db, at_pairs, by_instant
+from loaders.base import Db, at_pairs, at_param, by_instant
 from loaders.citations import (
     CITATION_COUNTS_TEMPLATE,
     INBOUND_PAGES_TEMPLATE,
     OUTBOUND_PAGES_TEMPLATE,
     VISIBLE,
     PageKey,
+    _inbound_pages,
+    _outbound_pages,
     inbound_page_rows,
     linked_work_ids,
     observation_from,
@@ -24,7 +26,7 @@ from loaders.citations import (
 )
 from loaders.measurements import MEASUREMENTS_BY_ARXIV_ID, MEASUREMENTS_TEMPLATE, measurements_from_rows
 from loaders.papers import PAPER_SNAPSHOTS_BY_ARXIV_ID, PAPER_SNAPSHOTS_TEMPLATE, papers_from_rows
-from loaders.rows import Caps, Counts, Measurement, Observation, RecordRows
+from loaders.rows import UNRESOLVED, Caps, Counts, ItemPiece, Measurement, Observation, RecordItems, RecordRows
 from loaders.standing import STANDING_TEMPLATE, standing_by_work, standing_from_rows
 
 T = TypeVar("T")
@@ -49,6 +51,74 @@ FROM ({PAPER_SNAPSHOTS_BY_ARXIV_ID}) AS p
 SERVED_CAPS = Caps()
 
 
+# --- a record's items written by the database --------------------------------------------------------
+# The item of each observation as app.record._item and standing_notice make it, in canonical JSON (sorted
+# keys, no spaces; PostgreSQL's JSON string escapes are the canonical ones, and instants are written as
+# datetime.isoformat writes them, the Z family), cut where the digest and the notice go: a straight
+# projection of the page's row, so the database writes it instead of the rows becoming objects and
+# dictionaries first. tests/test_record_path.py compares the bytes with the builder's.
+
+def _text(expr: str) -> str:
+    """A JSON value (string, number or null) of an SQL expression."""
+    return f"coalesce(to_json({expr})::text, 'null')"
+
+
+def _z(expr: str) -> str:
+    """An instant in the Z family (app.record.z_time): seconds, microseconds only when there are some."""
+    return (f"""coalesce('"' || to_char({expr} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS') """
+            f"""|| CASE WHEN date_trunc('second', {expr}) = {expr} THEN '' """
+            f"""ELSE to_char({expr} AT TIME ZONE 'UTC', '.US') END || 'Z"', 'null')""")
+
+
+def _paper_short(alias: str) -> str:
+    """app.record.paper_short of the snapshot `alias` (null when the paper has none at the instant)."""
+    a = alias
+    return (f"""CASE WHEN {a}.observed_at IS NULL THEN 'null' ELSE '{{"arxiv_id":' || {_text(a + ".arxiv_id")} """
+            f"""|| ',"last_updated":' || {_z(a + ".last_updated")} """
+            f"""|| ',"snapshot_observed_at":' || {_z(a + ".observed_at")} """
+            f"""|| ',"submitted_at":' || {_z(a + ".submitted_at")} || ',"title":' || {_text(a + ".title")} """
+            f"""|| ',"version":' || {_text(a + ".latest_version")} || '}}' END""")
+
+
+_CITED_WORK: Final = (
+    # app.record.cited_work: the work's snapshot at the instant, or what the bibliography printed.
+    f"""CASE WHEN w.observed_at IS NULL THEN '{{"arxiv_id":null,"doi":null,"metadata_source":null,"pith_arxiv_id":' """
+    f"""|| {_text("o.cited_arxiv_id")} || ',"snapshot_observed_at":' || {_z("o.source_observed_at")} """
+    f"""|| ',"title":' || {_text("o.printed_title")} || ',"venue":null,"work_id":null,"year":' """
+    f"""|| {_text("o.printed_year")} || '}}' """
+    f"""ELSE '{{"arxiv_id":' || {_text("w.arxiv_id")} || ',"doi":' || {_text("w.doi")} """
+    f"""|| ',"metadata_source":' || {_text("w.metadata_source")} """
+    f"""|| ',"pith_arxiv_id":' || {_text("w.pith_arxiv_id")} """
+    f"""|| ',"snapshot_observed_at":' || {_z("w.observed_at")} || ',"title":' || {_text("w.title")} """
+    f"""|| ',"venue":' || {_text("w.venue")} || ',"work_id":' || {_text("o.work_id")} || ',"year":' """
+    f"""|| {_text("w.year")} || '}}' END""")
+
+_HEAD: Final = (
+    f"""'{{"citation":{{"cited_paper":' || {_paper_short("d")} || ',"cited_work":' || {_CITED_WORK} """
+    f"""|| ',"citing_paper":' || {_paper_short("c")} || ',"reference_index":' || {_text("o.reference_index")} """
+    f"""|| ',"source":' || {_text("o.source")} || ',"source_observed_at":' || {_z("o.source_observed_at")} """
+    f"""|| '}},"links":{{"cited_paper":' || CASE WHEN d.observed_at IS NULL THEN 'null' """
+    f"""ELSE {_text("'/paper/' || d.arxiv_id")} END || ',"citing_paper":' || {_text("'/paper/' || c.arxiv_id")} """
+    f"""|| '}},'""")
+
+_TAIL: Final = (
+    # Parsed but not yet resolved: unresolved as of the parse (loaders.citations.observation_from).
+    f"""'"observation_id":' || {_text("o.observation_id")} || ',"resolution":' || CASE WHEN r.observed_at IS NULL """
+    f"""THEN '{{"observed_at":' || {_z("o.source_observed_at")} """
+    f"""|| ',"resolver_source":null,"status":"{UNRESOLVED}"}}' """
+    f"""ELSE '{{"observed_at":' || {_z("r.observed_at")} || ',"resolver_source":' || {_text("r.resolver_source")} """
+    f"""|| ',"status":' || {_text("r.status")} || '}}' END""")
+
+RECORD_ITEM_COLUMNS: Final = f"""
+       convert_to({_HEAD}, 'UTF8') AS head, convert_to({_TAIL}, 'UTF8') AS tail,
+       coalesce(r.status, '{UNRESOLVED}') AS status,
+       CASE WHEN w.observed_at IS NOT NULL THEN o.work_id END AS linked_work_id,
+       o.source_observed_at"""
+# The record's pages as items: the pages' statements (the same walk, order and visibility), these columns.
+RECORD_INBOUND_ITEMS: Final = at_param(_inbound_pages(backward=False, columns=RECORD_ITEM_COLUMNS), 5)
+RECORD_OUTBOUND_ITEMS: Final = at_param(_outbound_pages(backward=False, columns=RECORD_ITEM_COLUMNS), 4)
+
+
 async def record_rows(db: Db, arxiv_ids: Sequence[str], as_of: datetime,
                       caps: Caps | None = SERVED_CAPS,
                       prepare: Callable[[list[Observation]], None] | None = None) -> list[RecordRows | None]:
@@ -58,21 +128,11 @@ async def record_rows(db: Db, arxiv_ids: Sequence[str], as_of: datetime,
     larger of the served caps and the paper's totals. `prepare`, when given, is called with each page
     of observations while the next statement runs (the record builder's head start).
     """
-    heads = await db.fetch(RECORD_HEADS, list(arxiv_ids), as_of)
-    papers = papers_from_rows(heads, len(arxiv_ids))
+    papers, counts, measurements, per_paper = await _heads(db, arxiv_ids, as_of, caps)
     present = [p for p in papers if p is not None]
     if not present:
         return [None] * len(arxiv_ids)
     ids = [p.arxiv_id for p in present]
-    by_id = {row["arxiv_id"]: row for row in heads}
-    counts = [Counts(inbound=by_id[a]["inbound_total"], outbound=by_id[a]["outbound_total"]) for a in ids]
-    measurements = [[Measurement(a, *m) for m in zip(by_id[a]["m_source"], by_id[a]["m_observed_at"],
-                                                     by_id[a]["m_count"])] for a in ids]
-    if caps is None:
-        per_paper = [replace(SERVED_CAPS, inbound=max(SERVED_CAPS.inbound, c.inbound),
-                             outbound=max(SERVED_CAPS.outbound, c.outbound)) for c in counts]
-    else:
-        per_paper = [caps] * len(ids)
     keys = [PageKey(a) for a in ids]
     n = len(ids)
     inbound_rows = row_pages(await inbound_page_rows(db, keys, as_of, max(c.inbound for c in per_paper)), n)
@@ -105,6 +165,57 @@ async def record_rows(db: Db, arxiv_ids: Sequence[str], as_of: datetime,
         for i, p in enumerate(present)
     }
     return [built.get(a) if p is not None else None for a, p in zip(arxiv_ids, papers)]
+
+
+async def _heads(db: Db, arxiv_ids: Sequence[str], as_of: datetime, caps: Caps | None
+                 ) -> tuple[list[Any], list[Counts], list[list[Measurement]], list[Caps]]:
+    """The head statement: each paper's snapshot (None: none by as_of) and, for those present in order,
+    their totals, measurements and caps (caps=None: uncapped, see record_rows)."""
+    heads = await db.fetch(RECORD_HEADS, list(arxiv_ids), as_of)
+    papers = papers_from_rows(heads, len(arxiv_ids))
+    ids = [p.arxiv_id for p in papers if p is not None]
+    by_id = {row["arxiv_id"]: row for row in heads}
+    counts = [Counts(inbound=by_id[a]["inbound_total"], outbound=by_id[a]["outbound_total"]) for a in ids]
+    measurements = [[Measurement(a, *m) for m in zip(by_id[a]["m_source"], by_id[a]["m_observed_at"],
+                                                     by_id[a]["m_count"], strict=True)] for a in ids]
+    if caps is None:
+        per_paper = [replace(SERVED_CAPS, inbound=max(SERVED_CAPS.inbound, c.inbound),
+                             outbound=max(SERVED_CAPS.outbound, c.outbound)) for c in counts]
+    else:
+        per_paper = [caps] * len(ids)
+    return papers, counts, measurements, per_paper
+
+
+def _pieces(rows: Sequence[Any], n: int, caps: Sequence[int]) -> list[list[ItemPiece]]:
+    pages: list[list[ItemPiece]] = [[] for _ in range(n)]
+    for row in rows:
+        pages[row[0] - 1].append(ItemPiece(*row[1:]))
+    return [page[:cap] for page, cap in zip(pages, caps, strict=True)]
+
+
+async def record_items(db: Db, arxiv_ids: Sequence[str], as_of: datetime,
+                       caps: Caps | None = SERVED_CAPS) -> list[RecordItems | None]:
+    """record_rows with the observations as items the database writes (app.record.record_bytes builds the
+    document from them): the same four statements, the same rows, none of them made into objects."""
+    papers, counts, measurements, per_paper = await _heads(db, arxiv_ids, as_of, caps)
+    present = [p for p in papers if p is not None]
+    if not present:
+        return [None] * len(arxiv_ids)
+    ids, n, none = [p.arxiv_id for p in present], len(present), [None] * len(present)
+    inbound = _pieces(await db.fetch(RECORD_INBOUND_ITEMS, ids, none, none, none, as_of,
+                                     max(c.inbound for c in per_paper), None), n, [c.inbound for c in per_paper])
+    outbound = _pieces(await db.fetch(RECORD_OUTBOUND_ITEMS, ids, none, none, as_of,
+                                      max(c.outbound for c in per_paper), None, None), n,
+                       [c.outbound for c in per_paper])
+    # The works linked at the instant behind the pages, each once, in order (as linked_work_ids).
+    work_ids = list(dict.fromkeys(i.work_id for page in inbound + outbound for i in page if i.work_id is not None))
+    standing = dict(zip(work_ids, await standing_by_work(db, work_ids, as_of), strict=True)) if work_ids else {}
+    built = {
+        p.arxiv_id: RecordItems(as_of=as_of, paper=p, counts=counts[i], inbound=inbound[i], outbound=outbound[i],
+                                measurements=measurements[i], standing=standing, caps=per_paper[i])
+        for i, p in enumerate(present)
+    }
+    return [built.get(a) if p is not None else None for a, p in zip(arxiv_ids, papers, strict=True)]
 
 
 async def record_history(db: Db, arxiv_id: str, instants: Sequence[datetime],

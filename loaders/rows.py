@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import NamedTuple
 from uuid import UUID
 
 STATUSES: tuple[str, ...] = (
@@ -238,6 +239,32 @@ class RecordRows:
     counts: Counts
     inbound: list[Observation]
     outbound: list[Observation]
+    measurements: list[Measurement]
+    standing: dict[UUID, Standing] = field(default_factory=dict)
+    caps: Caps = Caps()
+
+
+class ItemPiece(NamedTuple):
+    """One observation's record item as the database writes it (loaders.record.RECORD_ITEM_COLUMNS): its
+    canonical bytes up to the digest (`head`: citation and links) and from the digest to the notice
+    (`tail`: observation id and resolution), with the facts the document's totals need."""
+
+    head: bytes
+    tail: bytes
+    status: str  # the resolution's status at the instant
+    work_id: UUID | None  # the canonical work it is linked to at the instant (Observation.linked_work_id)
+    source_observed_at: datetime
+
+
+@dataclass(frozen=True)
+class RecordItems:
+    """A citation record's rows with its observations as items the database wrote (RecordRows otherwise)."""
+
+    as_of: datetime
+    paper: PaperSnapshot
+    counts: Counts
+    inbound: list[ItemPiece]
+    outbound: list[ItemPiece]
     measurements: list[Measurement]
     standing: dict[UUID, Standing] = field(default_factory=dict)
     caps: Caps = Caps()

@@ -9,6 +9,7 @@ from html import escape
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
+import orjson
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
@@ -26,7 +27,7 @@ from app.web.layout import TEMPLATE_VERSION, page, time_tag
 from app.web.ledger import render_ledger
 from loaders.evidence import evidence
 from loaders.papers import search_papers
-from loaders.record import record_rows
+from loaders.record import record_items
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -88,22 +89,22 @@ def _arguments(request: Request) -> tuple[str, "datetime", bool]:
 
 
 def routes(app: Any) -> list:  # app.state.App
-    async def document_for(request: Request) -> tuple[dict, bool, record.Prebuilt]:
+    async def document_for(request: Request) -> tuple[bytes, dict, bool]:
+        """The record's canonical bytes and its document (items as their bytes), and whether it is pinned."""
         arxiv_id, as_of, pinned = _arguments(request)
         session = app.session()
         closing = None
         try:
-            prebuilt = record.Prebuilt()  # observations' items built while later statements run
-            (rows,) = await record_rows(session, [arxiv_id], as_of, prepare=prebuilt.prepare)
-            # The transaction ends (a round trip) while the document is finished from rows already read.
+            (items,) = await record_items(session, [arxiv_id], as_of)
+            # The transaction ends (a round trip) while the document is made from the items already read.
             closing = asyncio.ensure_future(session.close())
             await asyncio.sleep(0)
-            document = record.build_record(rows, prebuilt) if rows is not None else None
+            built = record.record_bytes(items) if items is not None else None
         finally:
             await (closing if closing is not None else session.close())
-        if document is None:
+        if built is None:
             raise NotFound(f"no paper {arxiv_id} is known as of {record.as_of_text(as_of)}")
-        return document, pinned, prebuilt
+        return built[0], built[1], pinned
 
     def handled(handler, units: int = PRICES["record"]):
         """A page or file, governed as GraphQL operations are: who asks (401 for a bad key), their budget
@@ -149,18 +150,17 @@ def routes(app: Any) -> list:  # app.state.App
         return response
 
     async def record_json(request: Request) -> Response:
-        document, pinned, prebuilt = await document_for(request)
+        body, document, pinned = await document_for(request)
         return cached(request, etag_of(document["context_digest"]),
-                      lambda: Response(prebuilt.canonical(document), media_type="application/json"), pinned)
+                      lambda: Response(body, media_type="application/json"), pinned)
 
     async def record_html(request: Request) -> Response:
-        document, pinned, _ = await document_for(request)
+        body, document, pinned = await document_for(request)
         etag = etag_of("ledger", TEMPLATE_VERSION, document["context_digest"], document["as_of"])
-        return cached(request, etag, lambda: HTMLResponse(render_ledger(document)), pinned)
+        return cached(request, etag, lambda: HTMLResponse(render_ledger(orjson.loads(body))), pinned)
 
     async def integrity(request: Request) -> Response:
-        document, _, prebuilt = await document_for(request)
-        raw = prebuilt.canonical(document)
+        raw, document, _ = await document_for(request)
         parsed = json.loads(raw)
         checks = []
         for direction in ("inbound", "outbound"):
@@ -194,7 +194,7 @@ def routes(app: Any) -> list:  # app.state.App
                             headers=headers)
 
     async def paper_page(request: Request) -> Response:
-        document, pinned, _ = await document_for(request)
+        _, document, pinned = await document_for(request)
         p = document["paper"]
         as_of = document["as_of"]
         summary = {

@@ -1,0 +1,99 @@
+"""The record's own statements replayed: the least a Python service on uvicorn + asyncpg can do to serve it.
+
+A bare ASGI app (no framework, no checks, no document) that answers GET
+/paper/<id>/citation-record.json by sending, on one pooled connection, exactly what pith-graph sends
+for that record: the read transaction's BEGIN, the record's statements (loaders.record.record_items:
+heads, inbound items, outbound items, standing) with the same parameters, and the ROLLBACK; asyncpg decodes
+every row. It answers with the rows' counts. pith-graph's record can only be slower: the ratio of the
+two (throughput under the same load, latency sequentially) is what the document, the HTTP stack and
+the rules cost on top of the database.
+
+    DATABASE_URL=... python bench/replay.py --port 8124
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from datetime import datetime
+from pathlib import Path
+from urllib.parse import parse_qs
+
+import asyncpg
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from app.db.pool import BEGIN, DEFAULT_STATEMENT_TIMEOUT_MS, create_pool  # noqa: E402
+from app.settings import Settings  # noqa: E402
+from loaders.record import RECORD_HEADS, RECORD_INBOUND_ITEMS, RECORD_OUTBOUND_ITEMS, SERVED_CAPS  # noqa: E402
+from loaders.standing import STANDING_BY_WORK_ID  # noqa: E402
+
+PREFIX, SUFFIX = "/paper/", "/citation-record.json"
+
+
+async def replay(conn: asyncpg.Connection, arxiv_id: str, at: datetime) -> dict[str, int]:
+    """The statements of one record, as loaders.record.record_items sends them for one paper."""
+    await conn.execute(BEGIN.format(ms=DEFAULT_STATEMENT_TIMEOUT_MS))
+    try:
+        heads = await conn.fetch(RECORD_HEADS, [arxiv_id], at)
+        if not heads:
+            return {"heads": 0}
+        inbound = await conn.fetch(RECORD_INBOUND_ITEMS, [arxiv_id], [None], [None], [None], at,
+                                   SERVED_CAPS.inbound, None)
+        outbound = await conn.fetch(RECORD_OUTBOUND_ITEMS, [arxiv_id], [None], [None], at,
+                                    SERVED_CAPS.outbound, None, None)
+        works = list(dict.fromkeys(r["linked_work_id"] for r in [*inbound, *outbound] if r["linked_work_id"]))
+        standing = await conn.fetch(STANDING_BY_WORK_ID, works, at) if works else []
+        return {"heads": len(heads), "inbound": len(inbound), "outbound": len(outbound), "standing": len(standing)}
+    finally:
+        await conn.execute("ROLLBACK")
+
+
+class Replay:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.pool: asyncpg.Pool | None = None
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    # pith-graph's own pool (array types introspected on connect, no reset on release).
+                    self.pool = await create_pool(Settings.from_env(), self.url, min_size=4, max_size=16)
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await self.pool.close()
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        path = scope["path"]
+        if not (path.startswith(PREFIX) and path.endswith(SUFFIX)):
+            await self._answer(send, 404, b"{}")
+            return
+        query = parse_qs(scope["query_string"].decode())
+        at = datetime.fromisoformat(query["as_of"][0].replace("Z", "+00:00"))
+        async with self.pool.acquire() as conn:
+            counts = await replay(conn, path[len(PREFIX):-len(SUFFIX)], at)
+        await self._answer(send, 200, orjson.dumps(counts))
+
+    @staticmethod
+    async def _answer(send, status: int, body: bytes) -> None:
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
+def main() -> None:
+    import uvicorn
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, required=True)
+    args = parser.parse_args()
+    uvicorn.run(Replay(os.environ["DATABASE_URL"]), host="127.0.0.1", port=args.port, log_config=None,
+                log_level="warning", access_log=False, timeout_keep_alive=75)
+
+
+if __name__ == "__main__":
+    main()
