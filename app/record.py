@@ -19,6 +19,7 @@ from loaders.rows import (
     RecordItems,
     RecordRows,
     Standing,
+    is_live_source,
 )
 
 SCHEMA = "pith.paper-citation-record.v1"
@@ -374,22 +375,21 @@ def _lane(lane: str, denominator: int, observed: int, source: str, observed_at: 
 
 
 def _document(rows: RecordRows | RecordItems, inbound: list[Any], outbound: list[Any], statuses: list[str],
-              linked: list[Any], inbound_at: list[datetime], outbound_at: list[datetime]) -> dict[str, Any]:
+              receipts: list[tuple[str, datetime]], inbound_at: list[datetime],
+              outbound_at: list[datetime]) -> dict[str, Any]:
     """The document around its items (dicts or their canonical bytes), from the facts of the displayed
-    observations: the outbound ones' statuses, the works they are linked to, when each was parsed."""
+    observations: the outbound ones' statuses, the receipts (source, when) of the works they are linked
+    to (each work once), when each was parsed."""
     paper = rows.paper
     displayed = len(inbound) + len(outbound)
     state_counts = {status: 0 for status in STATUSES}
     for status in statuses:
         state_counts[status] += 1
 
-    # Receipts of the works behind the displayed observations, each work once.
-    seen_works = set(linked)
-    receipts = [r for w in seen_works if w in rows.standing for r in rows.standing[w].receipts]
     live_latest: dict[str, datetime] = {}
-    for r in receipts:
-        if r.is_live and (r.source not in live_latest or r.observed_at > live_latest[r.source]):
-            live_latest[r.source] = r.observed_at
+    for source, at in receipts:
+        if is_live_source(source) and (source not in live_latest or at > live_latest[source]):
+            live_latest[source] = at
 
     measurements = sorted(rows.measurements, key=lambda m: m.source)
     measurement_sources = ", ".join(m.source for m in measurements) or DEFAULT_MEASUREMENT_SOURCE
@@ -415,7 +415,7 @@ def _document(rows: RecordRows | RecordItems, inbound: list[Any], outbound: list
                 displayed,
                 displayed,
                 STANDING_SOURCE,
-                offset_time(latest_receipt(receipts)),
+                offset_time(max((at for _, at in receipts), default=None)),
             ),
             _lane(
                 "inbound_itemization",
@@ -466,8 +466,10 @@ def build_record(rows: RecordRows, prebuilt: Prebuilt | None = None) -> dict[str
     serialized = prebuilt.serialized
     inbound = [_finished(prebuilt.item(o), o, shared, serialized) for o in rows.inbound]
     outbound = [_finished(prebuilt.item(o), o, shared, serialized) for o in rows.outbound]
-    document = _document(rows, inbound, outbound, [o.resolution.status for o in rows.outbound],
-                         [o.work.work_id for o in rows.inbound + rows.outbound if o.work is not None],
+    # Receipts of the works behind the displayed observations, each work once.
+    works = {o.work.work_id for o in rows.inbound + rows.outbound if o.work is not None}
+    receipts = [(r.source, r.observed_at) for w in works if w in rows.standing for r in rows.standing[w].receipts]
+    document = _document(rows, inbound, outbound, [o.resolution.status for o in rows.outbound], receipts,
                          [o.source_observed_at for o in rows.inbound], [o.source_observed_at for o in rows.outbound])
     # = context_digest(document), the items' bytes reused
     document["context_digest"] = "sha256:" + hashlib.sha256(prebuilt.canonical(
@@ -476,30 +478,26 @@ def build_record(rows: RecordRows, prebuilt: Prebuilt | None = None) -> dict[str
 
 
 _DIGEST_KEY = b'"observation_digest":"sha256:'
-_NOTICE_KEY = b',"standing_notice":'
 
 
-def _piece_bytes(piece: ItemPiece, notice: bytes) -> bytes:
-    """An item's canonical bytes from the database's pieces and its notice's bytes: the digest is of
-    the item without its own key (observation_digest), which sorts between links and observation_id."""
-    rest = piece.tail + _NOTICE_KEY + notice + b"}"
-    return piece.head + _DIGEST_KEY + hashlib.sha256(piece.head + rest).hexdigest().encode() + b'",' + rest
+def _item_bytes(piece: ItemPiece) -> orjson.Fragment:
+    """An item's canonical bytes: its digest (of the item without observation_digest, the key that sorts
+    between links and observation_id) between the two parts the database wrote."""
+    digest = hashlib.sha256(piece.head)
+    digest.update(piece.rest)
+    return orjson.Fragment(b"".join((piece.head, _DIGEST_KEY, digest.hexdigest().encode(), b'",', piece.rest)))
 
 
 def record_bytes(items: RecordItems) -> tuple[bytes, dict[str, Any]]:
     """The document's canonical bytes (canonical_bytes(build_record(rows)) for the same rows), and the
     document with each item as its bytes (an orjson.Fragment), from items the database wrote."""
-    notices: dict[Any, bytes] = {}
-
-    def item(piece: ItemPiece) -> orjson.Fragment:
-        notice = notices.get(piece.work_id)
-        if notice is None:
-            notice = notices[piece.work_id] = canonical_bytes(work_standing_notice(piece.work_id, items.standing))
-        return orjson.Fragment(_piece_bytes(piece, notice))
-
-    inbound, outbound = [item(p) for p in items.inbound], [item(p) for p in items.outbound]
-    document = _document(items, inbound, outbound, [p.status for p in items.outbound],
-                         [p.work_id for p in items.inbound + items.outbound if p.work_id is not None],
+    inbound = [_item_bytes(p) for p in items.inbound]
+    outbound = [_item_bytes(p) for p in items.outbound]
+    # Receipts of the works behind the displayed observations, each work once.
+    works = {p.work_id: (p.receipt_sources, p.receipt_times) for p in items.inbound + items.outbound
+             if p.work_id is not None and p.receipt_sources is not None and p.receipt_times is not None}
+    receipts = [r for sources, times in works.values() for r in zip(sources, times, strict=True)]
+    document = _document(items, inbound, outbound, [p.status for p in items.outbound], receipts,
                          [p.source_observed_at for p in items.inbound], [p.source_observed_at for p in items.outbound])
     document["context_digest"] = "sha256:" + hashlib.sha256(orjson.dumps(
         {k: v for k, v in document.items() if k not in ("context_digest", "as_of")},

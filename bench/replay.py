@@ -1,9 +1,10 @@
 """The record's own statements replayed: the least a Python service on uvicorn + asyncpg can do to serve it.
 
 A bare ASGI app (no framework, no checks, no document) that answers GET
-/paper/<id>/citation-record.json by sending, on one pooled connection, exactly what pith-graph sends
-for that record: the read transaction's BEGIN, the record's statements (loaders.record.record_items:
-heads, inbound items, outbound items, standing) with the same parameters, and the ROLLBACK; asyncpg decodes
+/paper/<id>/citation-record.json by sending, on one pooled connection, exactly what pith-graph
+sends for that record: the read transaction's BEGIN, the record's statements
+(loaders.record.record_items: the head, the inbound and outbound items with their standing) with
+the same parameters, and the ROLLBACK; asyncpg decodes
 every row. It answers with the rows' counts. pith-graph's record can only be slower: the ratio of the
 two (throughput under the same load, latency sequentially) is what the document, the HTTP stack and
 the rules cost on top of the database.
@@ -28,7 +29,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from app.db.pool import BEGIN, DEFAULT_STATEMENT_TIMEOUT_MS, create_pool  # noqa: E402
 from app.settings import Settings  # noqa: E402
 from loaders.record import RECORD_HEADS, RECORD_INBOUND_ITEMS, RECORD_OUTBOUND_ITEMS, SERVED_CAPS  # noqa: E402
-from loaders.standing import STANDING_BY_WORK_ID  # noqa: E402
 
 PREFIX, SUFFIX = "/paper/", "/citation-record.json"
 
@@ -44,9 +44,7 @@ async def replay(conn: asyncpg.Connection, arxiv_id: str, at: datetime) -> dict[
                                    SERVED_CAPS.inbound, None)
         outbound = await conn.fetch(RECORD_OUTBOUND_ITEMS, [arxiv_id], [None], [None], at,
                                     SERVED_CAPS.outbound, None, None)
-        works = list(dict.fromkeys(r["linked_work_id"] for r in [*inbound, *outbound] if r["linked_work_id"]))
-        standing = await conn.fetch(STANDING_BY_WORK_ID, works, at) if works else []
-        return {"heads": len(heads), "inbound": len(inbound), "outbound": len(outbound), "standing": len(standing)}
+        return {"heads": len(heads), "inbound": len(inbound), "outbound": len(outbound)}
     finally:
         await conn.execute("ROLLBACK")
 
@@ -62,7 +60,7 @@ class Replay:
                 message = await receive()
                 if message["type"] == "lifespan.startup":
                     # pith-graph's own pool (array types introspected on connect, no reset on release).
-                    self.pool = await create_pool(Settings.from_env(), self.url, min_size=4, max_size=16)
+                    self.pool = await create_pool(Settings.from_env(), self.url)
                     await send({"type": "lifespan.startup.complete"})
                 elif message["type"] == "lifespan.shutdown":
                     await self.pool.close()

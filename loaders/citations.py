@@ -108,11 +108,13 @@ LOW_KEY = _LOW  # the bound of a first page, for statements built elsewhere (app
 _HIGH = ("chr(1114111)", "2147483647", "'ffffffff-ffff-ffff-ffff-ffffffffffff'::uuid")
 
 
-def _inbound_pages(backward: bool, on: str = "o.cited_arxiv_id = k.arxiv_id", columns: str = _DETAIL_COLUMNS) -> str:
+def _inbound_pages(backward: bool, on: str = "o.cited_arxiv_id = k.arxiv_id", columns: str = _DETAIL_COLUMNS,
+                   joins: str = "") -> str:
     """$1 cited ids, $2..$4 the cursor per key (NULL: from the start, or from the end), $5 instant,
     $6 page size, $7 statuses (NULL: all). Rows come in page order (backward pages reversed by the caller).
     `on` says which observations cite the key: a paper (by default), or a work (WORK_INBOUND_PAGES).
-    `columns`: what each row gives of o and its details c, d, w, r (by default, all their columns)."""
+    `columns`: what each row gives of o and its details c, d, w, r (by default, all their columns), with
+    `joins` after theirs."""
     bound, op, order = (_HIGH, "<", "DESC") if backward else (_LOW, ">", "ASC")
     return f"""
 SELECT k.ord, {columns}
@@ -130,12 +132,12 @@ CROSS JOIN LATERAL (
     ORDER BY o.citing_arxiv_id {order}, o.reference_index {order}, o.observation_id {order}
     LIMIT $6
 ) AS page
-JOIN citation_observations AS o ON o.observation_id = page.observation_id {_DETAIL_JOINS}
+JOIN citation_observations AS o ON o.observation_id = page.observation_id {_DETAIL_JOINS} {joins}
 ORDER BY k.ord, page.citing_arxiv_id {order}, page.reference_index {order}, page.observation_id {order}
 """
 
 
-def _outbound_pages(backward: bool, columns: str = _DETAIL_COLUMNS) -> str:
+def _outbound_pages(backward: bool, columns: str = _DETAIL_COLUMNS, joins: str = "") -> str:
     """$1 citing ids, $2..$3 the cursor per key, $4 instant, $5 page size, $6 statuses, $7 cites-retracted."""
     bound, op, order = (_HIGH, "<", "DESC") if backward else (_LOW, ">", "ASC")
     return f"""
@@ -153,7 +155,7 @@ CROSS JOIN LATERAL (
     ORDER BY o.reference_index {order}, o.observation_id {order}
     LIMIT $5
 ) AS page
-JOIN citation_observations AS o ON o.observation_id = page.observation_id {_DETAIL_JOINS}
+JOIN citation_observations AS o ON o.observation_id = page.observation_id {_DETAIL_JOINS} {joins}
 ORDER BY k.ord, page.reference_index {order}, page.observation_id {order}
 """
 

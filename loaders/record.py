@@ -7,6 +7,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any, Awaitable, Callable, Final, Sequence, TypeVar
 
+from app.record import _unavailable, canonical
 from loaders.base import Db, at_pairs, at_param, by_instant
 from loaders.citations import (
     CITATION_COUNTS_TEMPLATE,
@@ -26,7 +27,8 @@ from loaders.citations import (
 )
 from loaders.measurements import MEASUREMENTS_BY_ARXIV_ID, MEASUREMENTS_TEMPLATE, measurements_from_rows
 from loaders.papers import PAPER_SNAPSHOTS_BY_ARXIV_ID, PAPER_SNAPSHOTS_TEMPLATE, papers_from_rows
-from loaders.rows import UNRESOLVED, Caps, Counts, ItemPiece, Measurement, Observation, RecordItems, RecordRows
+from loaders.rows import (UNRESOLVED, Caps, Counts, ItemPiece, Measurement, Observation, RecordItems, RecordRows,
+                          event_order_sql, stands_sql)
 from loaders.standing import STANDING_TEMPLATE, standing_by_work, standing_from_rows
 
 T = TypeVar("T")
@@ -52,22 +54,33 @@ SERVED_CAPS = Caps()
 
 
 # --- a record's items written by the database --------------------------------------------------------
-# The item of each observation as app.record._item and standing_notice make it, in canonical JSON (sorted
-# keys, no spaces; PostgreSQL's JSON string escapes are the canonical ones, and instants are written as
-# datetime.isoformat writes them, the Z family), cut where the digest and the notice go: a straight
-# projection of the page's row, so the database writes it instead of the rows becoming objects and
-# dictionaries first. tests/test_record_path.py compares the bytes with the builder's.
+# The item of each observation as app.record._item, standing_notice and _finished make it, in canonical
+# JSON (sorted keys, no spaces; PostgreSQL's JSON string escapes are the canonical ones, and instants are
+# written as datetime.isoformat writes them), its digest included: a straight projection of the page's
+# row, its work's receipts and standing events (the standing rule of loaders.rows, as STANDING_TEMPLATE
+# reads it), so the database writes it instead of the rows becoming objects and dictionaries first.
+# tests/test_record_items.py and tests/test_record_path.py compare the bytes with the builder's.
 
 def _text(expr: str) -> str:
     """A JSON value (string, number or null) of an SQL expression."""
     return f"coalesce(to_json({expr})::text, 'null')"
 
 
-def _z(expr: str) -> str:
-    """An instant in the Z family (app.record.z_time): seconds, microseconds only when there are some."""
-    return (f"""coalesce('"' || to_char({expr} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS') """
+def _instant(expr: str, zone: str) -> str:
+    """An instant as app.record writes it (seconds, microseconds only when there are some), then `zone`."""
+    return (f"""to_char({expr} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS') """
             f"""|| CASE WHEN date_trunc('second', {expr}) = {expr} THEN '' """
-            f"""ELSE to_char({expr} AT TIME ZONE 'UTC', '.US') END || 'Z"', 'null')""")
+            f"""ELSE to_char({expr} AT TIME ZONE 'UTC', '.US') END || '{zone}'""")
+
+
+def _z(expr: str) -> str:
+    """app.record.z_time as a JSON value."""
+    return f"""coalesce('"' || {_instant(expr, "Z")} || '"', 'null')"""
+
+
+def _offset(expr: str) -> str:
+    """app.record.offset_time as a JSON value."""
+    return f"""coalesce('"' || {_instant(expr, "+00:00")} || '"', 'null')"""
 
 
 def _paper_short(alias: str) -> str:
@@ -93,6 +106,7 @@ _CITED_WORK: Final = (
     f"""|| ',"venue":' || {_text("w.venue")} || ',"work_id":' || {_text("o.work_id")} || ',"year":' """
     f"""|| {_text("w.year")} || '}}' END""")
 
+# Up to observation_digest, which sorts between links and observation_id.
 _HEAD: Final = (
     f"""'{{"citation":{{"cited_paper":' || {_paper_short("d")} || ',"cited_work":' || {_CITED_WORK} """
     f"""|| ',"citing_paper":' || {_paper_short("c")} || ',"reference_index":' || {_text("o.reference_index")} """
@@ -101,22 +115,62 @@ _HEAD: Final = (
     f"""ELSE {_text("'/paper/' || d.arxiv_id")} END || ',"citing_paper":' || {_text("'/paper/' || c.arxiv_id")} """
     f"""|| '}},'""")
 
+# From observation_id to the notice's key.
 _TAIL: Final = (
     # Parsed but not yet resolved: unresolved as of the parse (loaders.citations.observation_from).
     f"""'"observation_id":' || {_text("o.observation_id")} || ',"resolution":' || CASE WHEN r.observed_at IS NULL """
     f"""THEN '{{"observed_at":' || {_z("o.source_observed_at")} """
     f"""|| ',"resolver_source":null,"status":"{UNRESOLVED}"}}' """
     f"""ELSE '{{"observed_at":' || {_z("r.observed_at")} || ',"resolver_source":' || {_text("r.resolver_source")} """
-    f"""|| ',"status":' || {_text("r.status")} || '}}' END""")
+    f"""|| ',"status":' || {_text("r.status")} || '}}' END || ',"standing_notice":'""")
 
+# app.record.work_standing_notice of the row's linked work: its receipts (latest per source, by source) and
+# its events standing at the instant (rules.NOTICE_ORDER), as STANDING_TEMPLATE reads them.
+_STANDING_JOINS: Final = f"""
+LEFT JOIN LATERAL (
+    SELECT count(*) AS n, max(x.observed_at) AS latest,
+           array_agg(x.source ORDER BY x.source COLLATE "C") AS sources,
+           array_agg(x.observed_at ORDER BY x.source COLLATE "C") AS observed,
+           string_agg('{{"observed_at":' || {_offset("x.observed_at")} || ',"source":' || {_text("x.source")} || '}}',
+                      ',' ORDER BY x.source COLLATE "C") AS list
+    FROM (SELECT DISTINCT ON (s.source) s.source, s.observed_at
+          FROM standing_receipts AS s
+          WHERE w.observed_at IS NOT NULL AND s.work_id = o.work_id AND s.observed_at <= $AS
+          ORDER BY s.source, s.observed_at DESC) AS x
+) AS rc ON true
+LEFT JOIN LATERAL (
+    SELECT count(*) AS n,
+           string_agg('{{"event_type":' || {_text("e.event_type")} || ',"notice_doi":' || {_text("e.notice_doi")}
+                      || ',"observed_at":' || {_offset("e.observed_at")}
+                      || ',"reported_at":' || {_offset("e.reported_at")}
+                      || ',"source":' || {_text("e.source")} || '}}',
+                      ',' ORDER BY {event_order_sql("e")}) AS list
+    FROM work_events AS e
+    WHERE w.observed_at IS NOT NULL AND e.work_id = o.work_id AND {stands_sql("e")}
+) AS ev ON true
+CROSS JOIN LATERAL (
+    SELECT {_HEAD} AS head, {_TAIL} AS tail,
+           CASE WHEN w.observed_at IS NULL THEN '{canonical(_unavailable("canonical_work_link_unavailable"))}'
+                WHEN rc.n = 0 THEN '{canonical(_unavailable("standing_sources_not_queried"))}'
+                ELSE '{{"events":[' || coalesce(ev.list, '') || '],"observation":' || to_json(
+                         CASE WHEN ev.n = 0 THEN 'No event' ELSE ev.n || ' event' || CASE WHEN ev.n = 1 THEN ''
+                              ELSE 's' END END
+                         || ' found in the named queried sources as of '
+                         || {_instant("rc.latest", "+00:00")} || '.')::text
+                     || ',"reason":null,"source_receipts":[' || rc.list || '],"state":"measured"}}' END AS notice
+) AS part"""
+
+# The item's bytes before and after its digest (app.record.record_bytes puts the digest between them).
 RECORD_ITEM_COLUMNS: Final = f"""
-       convert_to({_HEAD}, 'UTF8') AS head, convert_to({_TAIL}, 'UTF8') AS tail,
+       convert_to(part.head, 'UTF8') AS head, convert_to(part.tail || part.notice || '}}', 'UTF8') AS rest,
        coalesce(r.status, '{UNRESOLVED}') AS status,
        CASE WHEN w.observed_at IS NOT NULL THEN o.work_id END AS linked_work_id,
-       o.source_observed_at"""
+       o.source_observed_at, rc.sources, rc.observed"""
 # The record's pages as items: the pages' statements (the same walk, order and visibility), these columns.
-RECORD_INBOUND_ITEMS: Final = at_param(_inbound_pages(backward=False, columns=RECORD_ITEM_COLUMNS), 5)
-RECORD_OUTBOUND_ITEMS: Final = at_param(_outbound_pages(backward=False, columns=RECORD_ITEM_COLUMNS), 4)
+RECORD_INBOUND_ITEMS: Final = at_param(_inbound_pages(backward=False, columns=RECORD_ITEM_COLUMNS,
+                                                      joins=_STANDING_JOINS), 5)
+RECORD_OUTBOUND_ITEMS: Final = at_param(_outbound_pages(backward=False, columns=RECORD_ITEM_COLUMNS,
+                                                        joins=_STANDING_JOINS), 4)
 
 
 async def record_rows(db: Db, arxiv_ids: Sequence[str], as_of: datetime,
@@ -196,7 +250,8 @@ def _pieces(rows: Sequence[Any], n: int, caps: Sequence[int]) -> list[list[ItemP
 async def record_items(db: Db, arxiv_ids: Sequence[str], as_of: datetime,
                        caps: Caps | None = SERVED_CAPS) -> list[RecordItems | None]:
     """record_rows with the observations as items the database writes (app.record.record_bytes builds the
-    document from them): the same four statements, the same rows, none of them made into objects."""
+    document around them): three statements (the head, the two pages with their standing), the same rows,
+    none of them made into objects."""
     papers, counts, measurements, per_paper = await _heads(db, arxiv_ids, as_of, caps)
     present = [p for p in papers if p is not None]
     if not present:
@@ -207,12 +262,9 @@ async def record_items(db: Db, arxiv_ids: Sequence[str], as_of: datetime,
     outbound = _pieces(await db.fetch(RECORD_OUTBOUND_ITEMS, ids, none, none, as_of,
                                       max(c.outbound for c in per_paper), None, None), n,
                        [c.outbound for c in per_paper])
-    # The works linked at the instant behind the pages, each once, in order (as linked_work_ids).
-    work_ids = list(dict.fromkeys(i.work_id for page in inbound + outbound for i in page if i.work_id is not None))
-    standing = dict(zip(work_ids, await standing_by_work(db, work_ids, as_of), strict=True)) if work_ids else {}
     built = {
         p.arxiv_id: RecordItems(as_of=as_of, paper=p, counts=counts[i], inbound=inbound[i], outbound=outbound[i],
-                                measurements=measurements[i], standing=standing, caps=per_paper[i])
+                                measurements=measurements[i], caps=per_paper[i])
         for i, p in enumerate(present)
     }
     return [built.get(a) if p is not None else None for a, p in zip(arxiv_ids, papers, strict=True)]

@@ -29,6 +29,11 @@ CACHE_SUFFIX = "_status_cache"
 SYNTHETIC_PREFIX = "synthetic_"
 
 
+def is_live_source(source: str) -> bool:
+    """A receipt of a live check, not of a source's cached status (the record's standing_sources)."""
+    return not source.endswith(CACHE_SUFFIX)
+
+
 def is_synthetic(source: str | None) -> bool:
     return source is not None and source.startswith(SYNTHETIC_PREFIX)
 
@@ -183,7 +188,7 @@ class Receipt:
 
     @property
     def is_live(self) -> bool:
-        return not self.source.endswith(CACHE_SUFFIX)
+        return is_live_source(self.source)
 
     @property
     def is_synthetic(self) -> bool:
@@ -246,14 +251,16 @@ class RecordRows:
 
 class ItemPiece(NamedTuple):
     """One observation's record item as the database writes it (loaders.record.RECORD_ITEM_COLUMNS): its
-    canonical bytes up to the digest (`head`: citation and links) and from the digest to the notice
-    (`tail`: observation id and resolution), with the facts the document's totals need."""
+    canonical bytes before its digest (`head`: citation and links) and after it (`rest`: observation id,
+    resolution and notice), with the facts the document around it needs."""
 
     head: bytes
-    tail: bytes
+    rest: bytes
     status: str  # the resolution's status at the instant
     work_id: UUID | None  # the canonical work it is linked to at the instant (Observation.linked_work_id)
     source_observed_at: datetime
+    receipt_sources: list[str] | None  # the work's latest receipt per source at the instant (Standing.receipts)
+    receipt_times: list[datetime] | None
 
 
 @dataclass(frozen=True)
@@ -266,5 +273,4 @@ class RecordItems:
     inbound: list[ItemPiece]
     outbound: list[ItemPiece]
     measurements: list[Measurement]
-    standing: dict[UUID, Standing] = field(default_factory=dict)
     caps: Caps = Caps()

@@ -1,6 +1,7 @@
 """The items the database writes (loaders.record.record_items) are the builder's items, byte for byte:
 every escape of JSON text, instants with and without microseconds, unlinked and unresolved references,
-papers and works without a snapshot, at instants before and after each fact."""
+papers and works without a snapshot, standing notices with none, one and many events (one of them ended
+by a later check), at instants before and after each fact."""
 
 from __future__ import annotations
 
@@ -56,8 +57,15 @@ async def test_odd_text_and_instants(empty_database):
                            "hep-th/9901001", micro + timedelta(days=1), "Old " + ODD)
         await conn.execute("INSERT INTO work_snapshots VALUES ($1, $2, NULL, $3, NULL, NULL, $4, NULL, NULL)",
                            work, micro, "10.1/" + ODD, ODD)
-        await conn.execute("INSERT INTO standing_receipts VALUES ($1, 'crossref', $2), ($1, 'retraction_watch', $3)",
-                           work, T0, micro)
+        await conn.execute("INSERT INTO standing_receipts VALUES ($1, 'crossref', $2), ($1, 'retraction_watch', $3), "
+                           "($1, 'crossref_status_cache', $4)", work, T0, micro, micro + timedelta(days=2))
+        # Events standing at some instants and not at others: one ended by a later check of its source.
+        await conn.execute("INSERT INTO work_events VALUES ($1, 'crossref', 'retraction', $2, NULL, $3), "
+                           "($1, 'retraction_watch', 'expression_of_concern', $4, $2, NULL), "
+                           "($1, 'retraction_watch', 'correction', $4, $5, $3)",
+                           work, T0, ODD, micro, T0 - timedelta(days=400))
+        await conn.execute("INSERT INTO work_event_ends VALUES ($1, 'crossref', 'retraction', $2, $3)",
+                           work, T0, micro + timedelta(days=2))
         observations = [
             # linked, resolved with no resolver named; unlinked with a printed title; linked to a work with no
             # snapshot yet; citing the other paper (which has a snapshot only later); unresolved.
@@ -76,7 +84,7 @@ async def test_odd_text_and_instants(empty_database):
         ])
     finally:
         await conn.close()
-    instants = [T0, micro, micro + timedelta(days=1), micro + timedelta(days=3)]
+    instants = [T0, micro, micro + timedelta(days=1), micro + timedelta(days=2), micro + timedelta(days=3)]
     assert await same_bytes(empty_database, ["2603.00001", "hep-th/9901001", "2603.00001"], instants) >= 8
 
 
