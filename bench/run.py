@@ -41,7 +41,7 @@ from app.ingest.synth import arxiv_ids  # noqa: E402
 RESULTS = ROOT / "bench" / "results"
 HUB = "2699.00001"
 AS_OF = "2026-08-01T00:00:00Z"
-TARGETS = {"R1": ("<=", 1.5), "R2": (">=", 0.8), "R3": ("<=", 1.3), "R5": ("<=", 1.25), "R7": (">=", 0.5),
+TARGETS = {"R1": ("<=", 1.5), "R2": (">=", 0.8), "R3": ("<=", 1.3), "R8": (">=", 0.7), "R8-p50": ("<=", 1.5), "R5": ("<=", 1.25), "R7": (">=", 0.5),
            "P1": (">=", 1.0), "P-hot": (">=", 0.8), "P99": ("<=", 1.5),
            # Against PostGraphile 5: Q2 1.3x, Q1 and the most-cited paper 1.5x, p99 no worse; of the true ceiling.
            "V5-Q2": (">=", 1.3), "V5-Q1": (">=", 1.5), "V5-P99": ("<=", 1.0), "CEIL": (">=", 0.7)}
@@ -191,7 +191,8 @@ async def r7_floor(url: str, workdir: Path) -> dict[str, Any]:
 
 
 class Server:
-    def __init__(self, url: str, workers: int) -> None:
+    def __init__(self, url: str, workers: int, command: list[str] | None = None, ready: str = "/readyz") -> None:
+        """`pith-graph serve` with `workers` processes (or `command`, given --port), once `ready` answers 200."""
         import socket
 
         with socket.socket() as s:
@@ -199,13 +200,13 @@ class Server:
             self.port = s.getsockname()[1]
         self.base = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "DATABASE_URL": url, "PITH_POOL_MAX": "16", "PITH_POOL_MIN": "4"}
-        self.process = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--port", str(self.port),
-                                         "--workers", str(workers)], env=env, cwd=ROOT,
+        command = command or [sys.executable, "-m", "app.cli", "serve", "--workers", str(workers)]
+        self.process = subprocess.Popen([*command, "--port", str(self.port)], env=env, cwd=ROOT,
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
-                if httpx.get(self.base + "/readyz", timeout=1).status_code == 200:
+                if httpx.get(self.base + ready, timeout=1).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
@@ -231,37 +232,45 @@ def timed_requests(client: httpx.Client, n: int, request) -> list[float]:
 # --- measurements --------------------------------------------------------------------------------
 
 
-async def floor_latency(url: str, sql: str, n: int) -> list[float]:
-    conn = await asyncpg.connect(url)
-    try:
-        statement = await conn.prepare(sql)
-        for _ in range(max(5, n // 10)):
-            await statement.fetchval()
-        times = []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            await statement.fetchval()
-            times.append(time.perf_counter() - t0)
-        return times
-    finally:
-        await conn.close()
+def record_path(hub: str) -> str:
+    return f"/paper/{hub}/citation-record.json?as_of={AS_OF}"
 
 
-def r1(url: str, server: Server, floor_sql: str, n: int) -> dict[str, Any]:
-    path = f"/paper/{HUB}/citation-record.json?as_of={AS_OF}"
-    with httpx.Client(base_url=server.base, timeout=30) as client:
+def r1(url: str, server: Server, floor_sql: str, n: int, hub: str = HUB) -> dict[str, Any]:
+    """The record over HTTP against the floor statement, one request of each in turn (the host's load
+    then weighs on both alike)."""
+    path = record_path(hub)
+
+    async def timed(statement: Any) -> float:
+        t0 = time.perf_counter()
+        await statement.fetchval()
+        return time.perf_counter() - t0
+
+    with httpx.Client(base_url=server.base, timeout=30) as client, asyncio.Runner() as runner:
         body = client.get(path).json()
-        assert len(body["inbound"]) == 100 and len(body["outbound"]) == 100, "hub must have 100/100"
-        ours = timed_requests(client, n, lambda c: c.get(path).raise_for_status())
-    floor = asyncio.run(floor_latency(url, floor_sql, n))
+        assert hub != HUB or (len(body["inbound"]) == 100 and len(body["outbound"]) == 100), "hub must have 100/100"
+        conn = runner.run(asyncpg.connect(url))
+        try:
+            statement = runner.run(conn.prepare(floor_sql))
+            ours, floor = [], []
+            for i in range(n + max(5, n // 10)):
+                t0 = time.perf_counter()
+                client.get(path).raise_for_status()
+                took, floor_took = time.perf_counter() - t0, runner.run(timed(statement))
+                if i >= max(5, n // 10):
+                    ours.append(took)
+                    floor.append(floor_took)
+        finally:
+            runner.run(conn.close())
     o, f = summary(ours), summary(floor)
-    return {"ours": o, "floor": f, "ratio_p50": o["p50_ms"] / f["p50_ms"], "ratio_p99": o["p99_ms"] / f["p99_ms"]}
+    return {"ours": o, "floor": f, "ratio_p50": o["p50_ms"] / f["p50_ms"], "ratio_p99": o["p99_ms"] / f["p99_ms"],
+            "interleaved": True}
 
 
-def r2(url: str, floor_sql: str, seconds: int, workers: int) -> dict[str, Any]:
+def r2(url: str, floor_sql: str, seconds: int, workers: int, hub: str = HUB) -> dict[str, Any]:
     server = Server(url, workers)
     try:
-        target = f"{server.base}/paper/{HUB}/citation-record.json?as_of={AS_OF}"
+        target = server.base + record_path(hub)
         wrk = shutil.which("wrk")
         if wrk:
             out = subprocess.run([wrk, "-t2", "-c32", f"-d{seconds}s", "--latency", target], capture_output=True,
@@ -284,6 +293,60 @@ def r2(url: str, floor_sql: str, seconds: int, workers: int) -> dict[str, Any]:
             "server_workers": workers, "errors": errors, "seconds": seconds}
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """User and system CPU time of a process and its children that ended (uvicorn's workers are children)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    own = (int(fields[11]) + int(fields[12])) / ticks
+    children = [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()] \
+        if Path(f"/proc/{pid}/task/{pid}/children").exists() else []
+    return own + sum(process_cpu_seconds(c) for c in children)
+
+
+def wrk_round(base: str, path: str, seconds: int, pid: int) -> dict[str, Any]:
+    cpu = process_cpu_seconds(pid)
+    out = subprocess.run(["wrk", "-t2", "-c32", f"-d{seconds}s", "--latency", base + path], capture_output=True,
+                         text=True, check=True).stdout
+    cpu = process_cpu_seconds(pid) - cpu
+    rps = float(next(line.split()[1] for line in out.splitlines() if line.startswith("Requests/sec")))
+    done = int(next(line.split()[0] for line in out.splitlines() if "requests in" in line))
+    return {"rps": rps, "server_cpu_ms_per_request": 1000 * cpu / max(done, 1),
+            "errors": "Non-2xx" in out or "Socket errors" in out}
+
+
+def r8(url: str, seconds: int, rounds: int, n: int, hub: str = HUB) -> dict[str, Any]:
+    """The record against its own statements replayed through asyncpg under the same uvicorn (bench/replay.py),
+    one process each: throughput under wrk -t2 -c32 in interleaved rounds (the order alternating), then
+    sequential latency, one request of each in turn."""
+    path = record_path(hub)
+    ours = Server(url, 1)
+    replay = Server(url, 1, [sys.executable, str(ROOT / "bench" / "replay.py")], ready=path)
+    try:
+        runs: dict[str, list[dict[str, Any]]] = {"ours": [], "replay": []}
+        for i in range(rounds):
+            order = [("ours", ours), ("replay", replay)]
+            for name, server in order if i % 2 == 0 else order[::-1]:
+                runs[name].append(wrk_round(server.base, path, seconds, server.process.pid))
+        times: dict[str, list[float]] = {"ours": [], "replay": []}
+        with httpx.Client(base_url=ours.base, timeout=30) as a, httpx.Client(base_url=replay.base, timeout=30) as b:
+            for _ in range(max(5, n // 10)):
+                a.get(path).raise_for_status()
+                b.get(path).raise_for_status()
+            for _ in range(n):
+                for name, client in (("ours", a), ("replay", b)):
+                    t0 = time.perf_counter()
+                    client.get(path).raise_for_status()
+                    times[name].append(time.perf_counter() - t0)
+    finally:
+        ours.stop()
+        replay.stop()
+    rps = {k: statistics.median(r["rps"] for r in v) for k, v in runs.items()}
+    o, f = summary(times["ours"]), summary(times["replay"])
+    return {"rounds": runs, "ours_rps": rps["ours"], "replay_rps": rps["replay"], "ratio": rps["ours"] / rps["replay"],
+            "ours": o, "replay": f, "ratio_p50": o["p50_ms"] / f["p50_ms"], "seconds": seconds, "hub": hub,
+            "load": os.getloadavg()}
+
+
 async def async_load(target: str, seconds: int, concurrency: int) -> tuple[float, bool]:
     done = 0
     errors = False
@@ -300,20 +363,20 @@ async def async_load(target: str, seconds: int, concurrency: int) -> tuple[float
     return done / seconds, errors
 
 
-def r3(url: str, server: Server, n: int) -> dict[str, Any]:
-    payload = {"query": TRAVERSAL, "variables": {"id": HUB, "at": AS_OF}}
+def r3(url: str, server: Server, n: int, hub: str = HUB) -> dict[str, Any]:
+    payload = {"query": TRAVERSAL, "variables": {"id": hub, "at": AS_OF}}
     with httpx.Client(base_url=server.base, timeout=30) as client:
         first = client.post("/graphql", json=payload).json()
         assert "errors" not in first, first
         statements = first["extensions"]["cost"]["statements"]
         ours = timed_requests(client, n, lambda c: c.post("/graphql", json=payload).raise_for_status())
-    floor, floor_statements = asyncio.run(graphql_in_memory(url, n))
+    floor, floor_statements = asyncio.run(graphql_in_memory(url, n, hub))
     o, f = summary(ours), summary(floor)
     return {"ours": o, "floor": f, "ratio_p50": o["p50_ms"] / f["p50_ms"], "statements_per_request": statements,
             "floor_statements": floor_statements}
 
 
-async def graphql_in_memory(url: str, n: int) -> tuple[list[float], int]:
+async def graphql_in_memory(url: str, n: int, hub: str = HUB) -> tuple[list[float], int]:
     """Strawberry executing the same query over objects already in memory (warm loaders, no SQL)."""
     from app.context import Context
     from app.db.pool import Session, create_pool
@@ -324,7 +387,7 @@ async def graphql_in_memory(url: str, n: int) -> tuple[list[float], int]:
     session = Session.from_pool(pool)
     try:
         context = Context(session=session)
-        variables = {"id": HUB, "at": AS_OF}
+        variables = {"id": hub, "at": AS_OF}
         warm = await schema.execute(TRAVERSAL, variable_values=variables, context_value=context)
         assert not warm.errors, warm.errors
         before = session.statements
@@ -428,11 +491,18 @@ def machine(url: str) -> dict[str, Any]:
 
 def run_scale(admin: str, scale: int, args: argparse.Namespace) -> dict[str, Any]:
     started = time.monotonic()
-    url, setup_info = asyncio.run(setup(admin, scale, args.seed, args.reuse))
+    if args.database_url:
+        # A graph built elsewhere (e.g. `synth --papers 1000000 --hub-citations 150000`), only read.
+        url, setup_info = args.database_url, {"database": args.database_url.rsplit("/", 1)[1]}
+    else:
+        url, setup_info = asyncio.run(setup(admin, scale, args.seed, args.reuse))
+    hub = args.hub
+    only = set(args.only or ("R1", "R2", "R3", "R4", "R6", "R7", "R8"))
     floor_sql = "\n".join(line for line in (ROOT / "bench" / "floor.sql").read_text().splitlines()
-                          if not line.lstrip().startswith("--")).replace(":hub", HUB).replace(":as_of", AS_OF)
+                          if not line.lstrip().startswith("--")).replace(":hub", hub).replace(":as_of", AS_OF)
     result: dict[str, Any] = {"scale": scale, "seed": args.seed, "date": datetime.now(timezone.utc).isoformat(),
-                              "command": " ".join([Path(sys.executable).name, *sys.argv]), **setup_info}
+                              "command": " ".join([Path(sys.executable).name, *sys.argv]), "hub": hub,
+                              "load_before": os.getloadavg(), **setup_info}
     if setup_info.get("reused"):
         # The data was not rebuilt: keep the bulk-load figures of the run that built it.
         earlier = sorted(RESULTS.glob(f"*-{scale}.json"))
@@ -442,7 +512,7 @@ def run_scale(admin: str, scale: int, args: argparse.Namespace) -> dict[str, Any
                 if key in previous:
                     result[key] = previous[key]
             result["bulk_measured_in"] = previous.get("command")
-    if "bulk" in setup_info:
+    if "bulk" in setup_info and "R7" in only:
         with tempfile.TemporaryDirectory() as tmp:
             floor = asyncio.run(r7_floor(url, Path(tmp)))
         bulk = setup_info["bulk"]
@@ -454,18 +524,28 @@ def run_scale(admin: str, scale: int, args: argparse.Namespace) -> dict[str, Any
         log(f"R7 {result['R7']['ratio']:.2f}x (write path), {result['R7']['ratio_end_to_end']:.2f}x end to end")
     server = Server(url, 1)
     try:
-        result["R1"] = r1(url, server, floor_sql, args.requests)
-        log(f"R1 p50 {result['R1']['ratio_p50']:.2f}x p99 {result['R1']['ratio_p99']:.2f}x")
-        result["R3"] = r3(url, server, args.requests)
-        log(f"R3 {result['R3']['ratio_p50']:.2f}x, {result['R3']['statements_per_request']} statements")
-        result["R6"] = r6(server, args.requests)
-        log("R6 " + ", ".join(f"{k}: {v['us_per_edge_p50']:.0f} us/edge" for k, v in result["R6"].items()))
+        if "R1" in only:
+            result["R1"] = r1(url, server, floor_sql, args.requests, hub)
+            log(f"R1 p50 {result['R1']['ratio_p50']:.2f}x p99 {result['R1']['ratio_p99']:.2f}x")
+        if "R3" in only:
+            result["R3"] = r3(url, server, args.requests, hub)
+            log(f"R3 {result['R3']['ratio_p50']:.2f}x, {result['R3']['statements_per_request']} statements")
+        if "R6" in only:
+            result["R6"] = r6(server, args.requests)
+            log("R6 " + ", ".join(f"{k}: {v['us_per_edge_p50']:.0f} us/edge" for k, v in result["R6"].items()))
     finally:
         server.stop()
-    result["R4"] = asyncio.run(r4(url, max(5, args.requests // 5)))
-    log(f"R4 naive sends {result['R4']['statement_ratio']:.0f}x the statements")
-    result["R2"] = r2(url, floor_sql, args.seconds, args.workers)
-    log(f"R2 {result['R2']['ratio']:.2f}x ({result['R2']['ours_rps']:.0f} rps vs {result['R2']['floor_tps']:.0f} tps)")
+    if "R4" in only:
+        result["R4"] = asyncio.run(r4(url, max(5, args.requests // 5)))
+        log(f"R4 naive sends {result['R4']['statement_ratio']:.0f}x the statements")
+    if "R2" in only:
+        result["R2"] = r2(url, floor_sql, args.seconds, args.workers, hub)
+        log(f"R2 {result['R2']['ratio']:.2f}x ({result['R2']['ours_rps']:.0f} rps vs {result['R2']['floor_tps']:.0f} tps)")
+    if "R8" in only and shutil.which("wrk"):
+        result["R8"] = r8(url, args.seconds, 1 if args.quick else 3, args.requests, hub)
+        log(f"R8 {result['R8']['ratio']:.2f}x ({result['R8']['ours_rps']:.0f} vs {result['R8']['replay_rps']:.0f} rps), "
+            f"p50 {result['R8']['ratio_p50']:.2f}x")
+    result["load_after"] = os.getloadavg()
     if not args.no_peer:
         from bench import peer
 
@@ -473,7 +553,24 @@ def run_scale(admin: str, scale: int, args: argparse.Namespace) -> dict[str, Any
                                       requests=args.requests, seed=args.seed, quick=args.quick)
     result["machine"] = machine(url)
     result["elapsed_s"] = time.monotonic() - started
+    carry_over(result, scale)
     return result
+
+
+def carry_over(result: dict[str, Any], scale: int) -> None:
+    """Figures this run did not measure (--only, --no-peer) are those of the newest earlier result of the
+    scale, named as carried over with that run's date, so the file still says everything of its scale."""
+    earlier = sorted(RESULTS.glob(f"????-??-??-{scale}.json"))
+    if not earlier:
+        return
+    previous = json.loads(earlier[-1].read_text())
+    carried = {}
+    for key in ("R1", "R2", "R3", "R4", "R6", "R7", "R8", "peer"):
+        if key not in result and key in previous:
+            result[key] = previous[key]
+            carried[key] = previous.get("carried_over", {}).get(key) or previous["date"][:10]
+    if carried:
+        result["carried_over"] = carried
 
 
 # --- the report ----------------------------------------------------------------------------------
@@ -601,6 +698,9 @@ def _report() -> str:
     row("R2 record throughput, 32 connections (ours / pgbench floor)", "R2", lambda r: r["R2"]["ratio"])
     row("R3 typed traversal p50 (HTTP / in-memory Strawberry)", "R3", lambda r: r["R3"]["ratio_p50"])
     row("R3 statements per request", None, lambda r: str(r["R3"]["statements_per_request"]))
+    row("R8 record throughput, one process (ours / its statements replayed, bench/replay.py)", "R8",
+        lambda r: r["R8"]["ratio"])
+    row("R8 record latency p50 (ours / its statements replayed)", "R8-p50", lambda r: r["R8"]["ratio_p50"])
     row("R4 statements, naive / ours", None, lambda r: f"{r['R4']['naive']['statements']} / {r['R4']['ours']['statements']}")
     row("R4 latency p50, naive / ours", None, lambda r: r["R4"]["latency_ratio_p50"])
     row("R6 depth 2, perPaper 10: us per edge p50", None,
@@ -651,6 +751,21 @@ def _report() -> str:
             if key in r:
                 lines.append(f"- {key}: ours p50 {r[key]['ours']['p50_ms']:.2f} ms, p99 {r[key]['ours']['p99_ms']:.2f} ms; "
                              f"floor p50 {r[key]['floor']['p50_ms']:.2f} ms, p99 {r[key]['floor']['p99_ms']:.2f} ms")
+        if r.get("carried_over"):
+            lines.append("- not measured in this run, from earlier runs: " + ", ".join(
+                f"{k} ({d})" for k, d in r["carried_over"].items()))
+        if r.get("hub", HUB) != HUB or "database" in r:
+            lines.append(f"- database {r.get('database', 'built by the run')}; R1-R3 and R8 on arXiv:{r.get('hub', HUB)}")
+        if "load_before" in r:
+            lines.append(f"- load average (1, 5, 15 min) before {', '.join(f'{x:.1f}' for x in r['load_before'])}, "
+                         f"after {', '.join(f'{x:.1f}' for x in r['load_after'])}")
+        if "R8" in r:
+            e = r["R8"]
+            lines.append(f"- R8: ours {e['ours_rps']:.0f} rps, replayed statements {e['replay_rps']:.0f} rps (median of "
+                         f"{len(e['rounds']['ours'])} interleaved rounds of {e['seconds']} s, wrk -t2 -c32; server CPU per "
+                         f"request {statistics.median(x['server_cpu_ms_per_request'] for x in e['rounds']['ours']):.2f} vs "
+                         f"{statistics.median(x['server_cpu_ms_per_request'] for x in e['rounds']['replay']):.2f} ms); "
+                         f"p50 {e['ours']['p50_ms']:.2f} vs {e['replay']['p50_ms']:.2f} ms")
         if "R2" in r:
             lines.append(f"- R2: {r['R2']['ours_rps']:.0f} requests/s ({r['R2']['load_tool']}, {r['R2']['server_workers']} "
                          f"workers) vs {r['R2']['floor_tps']:.0f} statements/s (pgbench -c 32)")
@@ -695,6 +810,11 @@ def main() -> int:
                                                               "postgresql://postgres@127.0.0.1:5432/postgres"))
     parser.add_argument("--no-save", action="store_true", help="do not write results (smoke runs)")
     parser.add_argument("--no-peer", action="store_true", help="skip the PostGraphile comparison")
+    parser.add_argument("--database-url", help="measure an existing database as it is (read only: no set-up, no "
+                                               "R7, never dropped); --scales then names its scale")
+    parser.add_argument("--hub", default=HUB, help="the paper of R1-R3 and R8 (default: the 100/100 paper the "
+                                                   "set-up adds)")
+    parser.add_argument("--only", nargs="*", help="only these figures (R1 R2 R3 R4 R6 R7 R8)")
     parser.add_argument("--keep", action="store_true",
                         help="keep the benchmark databases for a later --reuse (default: drop them; --reuse keeps)")
     args = parser.parse_args()
@@ -706,7 +826,7 @@ def main() -> int:
             try:
                 result = run_scale(args.admin_url, scale, args)
             finally:
-                if not (args.keep or args.reuse):
+                if not (args.keep or args.reuse or args.database_url):
                     asyncio.run(drop_bench_database(args.admin_url, scale))
             if not args.no_save:
                 path = RESULTS / f"{datetime.now(timezone.utc):%Y-%m-%d}-{scale}.json"
