@@ -7,7 +7,9 @@ MAX_NODES is refused before execution, and every response reports its cost in `e
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Callable, Final, Iterator
 
@@ -497,8 +499,14 @@ _documents_bytes = 0
 _evicted: list[Callable[[Any], None]] = []  # told of each document that leaves the cache
 
 
+# Seconds the current request spent reading documents (the text's check and the parser), wherever it was
+# asked (the HTTP view's checks, the pipeline): app.pipeline charges them with the operation's validation.
+READING: ContextVar[float] = ContextVar("reading", default=0.0)
+
+
 def _parsed(query: str, max_tokens: int) -> Any:
-    """The parsed document of a text (the same object for the same text while it is cached)."""
+    """The parsed document of a text (the same object for the same text while it is cached). Raises the
+    parser's GraphQLError, or app.shape.TextRefused for what the text alone refuses (not parsed at all)."""
     global _documents_bytes
     key = (query, max_tokens)
     found = _documents.get(key)
@@ -507,7 +515,16 @@ def _parsed(query: str, max_tokens: int) -> Any:
         return found[0]
     from graphql import parse
 
-    document = parse(query, max_tokens=max_tokens)
+    from app.shape import lexical_problem
+
+    started = time.perf_counter()
+    try:
+        problem = lexical_problem(query, max_tokens)  # what the text alone refuses, before the parser's dearer pass
+        if problem is not None:
+            raise problem
+        document = parse(query, max_tokens=max_tokens)
+    finally:
+        READING.set(READING.get() + time.perf_counter() - started)
     weight = 1_000 + DOCUMENT_BYTES_PER_CHAR * len(query)
     if weight > DOCUMENT_CACHE_BYTES // 8:
         return document  # too large to keep: parsed again when asked again

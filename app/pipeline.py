@@ -18,12 +18,13 @@ from strawberry.extensions import MaskErrors, SchemaExtension
 from strawberry.types import ExecutionResult
 
 from app.db.pool import DeadlinePassed, StatementTimeout
-from app.cost import (DataScale, PaperSize, Price, _parsed, _plan, _validated, actual_units, by_identity,
+from app.cost import (READING, DataScale, PaperSize, Price, _parsed, _plan, _validated, actual_units, by_identity,
                       operation_price, paper_sizes, priced_papers, refusal)
 from app.errors import OperationError, deadline_error
 from app.governor import RateLimited, Ticket
 from app.limits import MAX_COST, MAX_NODES, RETRY_AFTER_SECONDS
 from app.logs import request_id
+from app.shape import TextRefused
 
 
 def rate_limited_error(exc: RateLimited) -> OperationError:
@@ -346,6 +347,7 @@ class RequestPipeline(SchemaExtension):
         self.actual: int | None = None
         self.front_seconds = 0.0  # parse and validation, measured
         self.charged = False  # a refusal's parse and validation charged
+        self.refused: TextRefused | None = None  # refused from its text, unparsed
 
     async def on_operation(self):  # type: ignore[override]
         ctx = self.execution_context
@@ -374,29 +376,36 @@ class RequestPipeline(SchemaExtension):
             await charge_refused(self.execution_context.context, self.front_units())
 
     def front_units(self) -> int:
-        """Work units of this operation's parse and validation (measured; 0 when both came from the caches)."""
+        """Work units of this operation's parse and validation (measured; 0 when both came from the caches):
+        its document's reading wherever this request did it (READING), taken once."""
+        self.front_seconds += READING.get()
+        READING.set(0.0)
         return int(self.front_seconds / WORK_UNIT_SECONDS)
 
     async def on_parse(self):  # type: ignore[override]
+        self._parse()  # its time counted in READING, with any other reading of this request's document
         started = time.perf_counter()
         try:
-            for _ in self._parse():
-                yield
+            yield  # Strawberry's own parse, of a document that does not parse
         finally:
             self.front_seconds += time.perf_counter() - started
-        if self.execution_context.graphql_document is None:
+        if self.execution_context.graphql_document is None or self.refused is not None:
             await self.charge_refused()
 
-    def _parse(self):  # type: ignore[no-untyped-def]
+    def _parse(self) -> None:
         ctx = self.execution_context
         if ctx.graphql_document is None and ctx.query:
             # A document that does not parse is not cached: Strawberry's own parse (same options, stopping
             # at the same error) reports it inside its error handling, as a result every transport sends
             # (an error raised from this hook escaped a stream: SSE dropped the connection, WebSockets
             # sent a bare `complete`).
-            with contextlib.suppress(GraphQLError):
+            try:
                 ctx.graphql_document = _parsed(ctx.query, self.max_tokens)
-        yield
+            except TextRefused as exc:  # refused unparsed: its operations stand in for it, validation answers it
+                self.refused = exc
+                ctx.graphql_document = exc.document()
+            except GraphQLError:
+                pass
 
     async def on_validate(self):  # type: ignore[override]
         started = time.perf_counter()
@@ -410,7 +419,9 @@ class RequestPipeline(SchemaExtension):
 
     def _validate(self):  # type: ignore[no-untyped-def]
         ctx = self.execution_context
-        if ctx.pre_execution_errors is None and ctx.graphql_document is not None:
+        if self.refused is not None:
+            ctx.pre_execution_errors = [self.refused]
+        elif ctx.pre_execution_errors is None and ctx.graphql_document is not None:
             problem = _shape(ctx.schema._schema, ctx.graphql_document)
             if problem is not None:  # refused before validation, whose cost it would set
                 ctx.pre_execution_errors = [problem]

@@ -17,11 +17,12 @@ clients send (Relay's and Apollo's generated documents included) is far below th
 
 from __future__ import annotations
 
+import re
 from math import sqrt
 from typing import Any
 
 from graphql import (DocumentNode, FieldNode, FragmentDefinitionNode, FragmentSpreadNode, GraphQLError,
-                     InlineFragmentNode, OperationDefinitionNode, SelectionSetNode)
+                     InlineFragmentNode, NameNode, OperationDefinitionNode, OperationType, SelectionSetNode)
 
 from app.limits import MAX_ALIASES, MAX_COMPARISONS, MAX_FIELDS
 
@@ -117,6 +118,15 @@ def _what(definition: Any) -> str:
     return f"fragment {definition.name.value}" if isinstance(definition, FragmentDefinitionNode) else "the operation"
 
 
+def _aliases_message(aliases: int) -> str:
+    return f"the document has {aliases} aliases; at most {MAX_ALIASES} are allowed"
+
+
+def _fields_message(definition: str) -> str:
+    return (f"{definition} selects more than {MAX_FIELDS} fields with its fragments expanded; ask for fewer (or split "
+            "the request)")
+
+
 def _aliases(selection_set: SelectionSetNode | None) -> int:
     if selection_set is None:
         return 0
@@ -135,16 +145,14 @@ def shape_problem(document: DocumentNode) -> GraphQLError | None:
     # of a thousand aliased unknown fields is refused before validation reports a hundred errors about it.
     aliases = sum(_aliases(getattr(d, "selection_set", None)) for d in document.definitions)
     if aliases > MAX_ALIASES:
-        return GraphQLError(f"the document has {aliases} aliases; at most {MAX_ALIASES} are allowed",
-                            extensions={"code": "QUERY_TOO_COMPLEX", "limit": MAX_ALIASES})
+        return GraphQLError(_aliases_message(aliases), extensions={"code": "QUERY_TOO_COMPLEX", "limit": MAX_ALIASES})
     shape = _Shape(document)
     for definition in document.definitions:
         if not isinstance(definition, (OperationDefinitionNode, FragmentDefinitionNode)):
             continue
         seen = frozenset({definition.name.value}) if isinstance(definition, FragmentDefinitionNode) else frozenset()
         if shape.size(definition.selection_set, seen) > MAX_FIELDS:
-            return GraphQLError(f"{_what(definition)} selects more than {MAX_FIELDS} fields with its fragments "
-                                "expanded; ask for fewer (or split the request)", definition,
+            return GraphQLError(_fields_message(_what(definition)), definition,
                                 extensions={"code": "QUERY_TOO_COMPLEX", "limit": MAX_FIELDS})
         total = 0.0
         for selection_set in shape.sets(definition.selection_set):
@@ -156,3 +164,100 @@ def shape_problem(document: DocumentNode) -> GraphQLError | None:
                                     "give repeats aliases", definition,
                                     extensions={"code": "QUERY_TOO_COMPLEX", "limit": MAX_COMPARISONS})
     return None
+
+
+# --- before parsing: what the text alone refuses ------------------------------------------------------
+
+# GraphQL's tokens as graphql-core's lexer reads them (block strings, strings, comments, the spread,
+# names, numbers, punctuators), anything else one character at a time; commas, white space and the BOM
+# are not tokens. On a document that parses, this reads exactly the parser's tokens (comments aside).
+_TOKEN = re.compile(r'"""(?:[^"\\]|\\(?!""")|\\"""|"(?!""))*"""|"(?:[^"\\\n\r]|\\.)*"|#[^\n\r]*|\.\.\.'
+                    r'|[_A-Za-z][_0-9A-Za-z]*|-?[0-9][0-9.]*(?:[eE][+-]?[0-9]+)?[_0-9A-Za-z.]*|[^\s,\ufeff]')
+_NAME = re.compile(r"[_A-Za-z][_0-9A-Za-z]*")
+_NAME_START = re.compile(r"[_A-Za-z]")
+_OPERATIONS = {"query": OperationType.QUERY, "mutation": OperationType.MUTATION,
+               "subscription": OperationType.SUBSCRIPTION}
+
+
+class TextRefused(GraphQLError):
+    """A document refused from its text alone (lexical_problem): `operations` are its operations' (type,
+    name), for a transport to choose the one to refuse as it chooses one from a parsed document."""
+
+    operations: tuple[tuple[OperationType, str | None], ...] = ()
+
+    def document(self) -> DocumentNode:
+        """A document of the refused one's operations, without their selections."""
+        return DocumentNode(definitions=tuple(
+            OperationDefinitionNode(operation=kind, name=NameNode(value=name) if name else None,
+                                    variable_definitions=(), directives=(), selection_set=SelectionSetNode(selections=()))
+            for kind, name in self.operations))
+
+
+def lexical_problem(query: str, max_tokens: int) -> TextRefused | None:
+    """What parsing and shape_problem would refuse, found in one pass over the text (a regular expression's
+    tokens, a tenth of parsing's time): more than `max_tokens` tokens (the parser's own error), more than
+    MAX_ALIASES aliases, a definition that writes more than MAX_FIELDS field selections (so selects at least
+    as many with its fragments expanded). A document made of parsing's tokens is refused only where those
+    would refuse it, with their messages; one that does not parse either may be told of a limit rather
+    than of its syntax error (refused either way). Anything but operations and fragments (a schema
+    definition) is left to the parser.
+    """
+    tokens = [t for t in _TOKEN.findall(query) if t[0] != "#"]
+    operations: list[tuple[OperationType, str | None]] = []
+    aliases = fields = braces = parens = 0
+    too_many: str | None = None  # the first definition writing more than MAX_FIELDS fields
+    start = True  # the next token starts a definition
+    previous = previous2 = definition = ""
+    last = len(tokens) - 1
+    for i, token in enumerate(tokens):
+        if start:
+            following = tokens[i + 1] if i < last else ""
+            if token == "{":
+                operations.append((OperationType.QUERY, None))
+                definition = "the operation"
+            elif token in _OPERATIONS:
+                operations.append((_OPERATIONS[token], following if _NAME.fullmatch(following) else None))
+                definition = "the operation"
+            elif token == "fragment":
+                definition = f"fragment {following}"
+            else:  # not an executable definition: the parser and validation say what it is
+                return _too_many_tokens(max_tokens, [(OperationType.QUERY, None)]) if len(tokens) > max_tokens \
+                    else None
+            start, fields = False, 0
+        if token == "{":
+            braces += parens == 0
+        elif token == "}":
+            if parens == 0:
+                braces -= 1
+                start = braces == 0
+        elif token == "(":
+            parens += 1
+        elif token == ")":
+            parens -= 1
+        elif parens == 0 and braces > 0 and _NAME_START.match(token):
+            if i < last and tokens[i + 1] == ":":
+                aliases += 1
+            elif previous not in ("...", "@") and not (previous == "on" and previous2 == "..."):
+                fields += 1
+                if fields > MAX_FIELDS and too_many is None:
+                    too_many = definition
+        previous2, previous = previous, token
+    if len(tokens) > max_tokens:  # the parser's refusal, first as it would be
+        return _too_many_tokens(max_tokens, operations or [(OperationType.QUERY, None)])
+    limits = {"code": "QUERY_TOO_COMPLEX"}
+    if aliases > MAX_ALIASES:
+        return _refused(_aliases_message(aliases), {**limits, "limit": MAX_ALIASES}, operations)
+    if too_many is not None:
+        return _refused(_fields_message(too_many), {**limits, "limit": MAX_FIELDS}, operations)
+    return None
+
+
+def _too_many_tokens(max_tokens: int, operations: list) -> TextRefused:
+    return _refused(f"Syntax Error: Document contains more than {max_tokens} tokens. Parsing aborted.",
+                    {"code": "GRAPHQL_PARSE_FAILED"}, operations)
+
+
+def _refused(message: str, extensions: dict, operations: list) -> TextRefused:
+    error = TextRefused(message, extensions=extensions)
+    error.operations = tuple(operations)
+    return error

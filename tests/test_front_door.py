@@ -137,3 +137,70 @@ async def test_document_caches_are_bounded_in_bytes_and_let_documents_go():
     assert cost.document_cache_bytes() <= cost.DOCUMENT_CACHE_BYTES
     gc.collect()
     assert first() is None  # evicted from the parse cache, and no cache keyed by document kept it
+
+
+TEXTS = {
+    **ATTACKS,
+    "1,000 distinct aliases": "{ " + " ".join(f"f7_{j}: nope" for j in range(1000)) + " }",
+    "31 aliases": "{ " + " ".join(f"a{j}: __typename" for j in range(31)) + " }",
+    "30 aliases": "{ " + " ".join(f"a{j}: __typename" for j in range(30)) + " }",
+    "1,001 fields": "{ " + " __typename" * 1001 + " }",
+    "1,000 fields": "{ " + " __typename" * 1000 + " }",
+    "5,001 tokens": "{ f(" + "a: 1 " * 1665 + ") g }",
+    "5,000 tokens": "{ f(" + "a: 1 " * 1665 + ") }",
+    "tokens in strings, comments, block strings": '{ paper(arxivId: "a: b { c: d } }") { title } } # x: y { z: w }\n'
+    + '{ f(a: """ q: r \\""" s: t { """) }' + " # " + "a: b " * 60,
+    "arguments, input objects, defaults": 'query Q($v: In = {a: B, c: D}) @dir(x: {y: Z}) { f(a: {b: C, d: E}) '
+    + "".join(f'a{j}: g(x: {{y: Z}}) @skip(if: $v) ' for j in range(31)) + "}",
+    "spreads and inline fragments": "{ ...on, ... on Query { on ...F @include(if: true) } } fragment F on Query { "
+    + " __typename" * 999 + " }",
+    "a fragment of 1,001 fields": "query { __typename } fragment F on Query { " + " __typename" * 1001 + " }",
+    "numbers": "{ f(a: 1.5e+10, b: -0, c: [1, -2, 3.25E-3]) " + " ".join(f"a{j}: g" for j in range(31)) + " }",
+    "a schema definition": "type Query { " + " ".join(f"f{j}: Int" for j in range(40)) + " }",
+    "a syntax error": "{ paper(",
+    "named operations": "query A { " + " ".join(f"a{j}: __typename" for j in range(31)) + " } query B { x }",
+}
+
+
+async def test_what_the_text_alone_refuses_is_what_parsing_or_the_shape_check_refuses():
+    """The lexical pre-check refuses a document only with the refusal the parser or the shape check gives
+    it (never one they would let through), and tells the operations it would have chosen from."""
+    from graphql import GraphQLError, parse
+
+    from app.shape import lexical_problem, shape_problem
+
+    refused = set()
+    for label, text in TEXTS.items():
+        early = lexical_problem(text, 5000)
+        try:
+            late = shape_problem(parse(text, max_tokens=5000))
+        except GraphQLError as exc:
+            late = exc
+        if early is not None:
+            refused.add(label)
+            assert late is not None and late.message == early.message, (label, early.message, late)
+            assert (early.extensions or {}).get("code") in ("QUERY_TOO_COMPLEX", "GRAPHQL_PARSE_FAILED")
+    assert refused == {"4,989 x a", "__typename + 550 x paper{title}", "1,000 distinct aliases", "31 aliases",
+                       "1,001 fields", "5,001 tokens", "arguments, input objects, defaults",
+                       "a fragment of 1,001 fields", "numbers", "named operations"}, refused
+    named = lexical_problem(TEXTS["named operations"], 5000)
+    assert [(kind.value, name) for kind, name in named.operations] == [("query", "A"), ("query", "B")]
+
+
+async def test_a_document_the_text_refuses_is_never_parsed_and_is_charged(budgeted):
+    from app import cost
+
+    client = budgeted.client
+    left = remaining(await client.post("/graphql", json={"query": "{ __typename }"}))
+    for n in range(3):  # distinct documents, none of them cached: the parser never saw them
+        text = "{ " + " ".join(f"f{n}_{j}: nope" for j in range(1000)) + " }"
+        answer = await client.post("/graphql", json={"query": text})
+        assert [e["extensions"]["code"] for e in answer.json()["errors"]] == ["QUERY_TOO_COMPLEX"], answer.text[:300]
+        assert not any(key[0] == text for key in cost._documents)
+        now = remaining(answer)
+        assert now <= left - 1, (left, now)
+        left = now
+    # An operation name the document does not have is told as such, unparsed too.
+    text = "query A { " + " ".join(f"a{j}: __typename" for j in range(31)) + " }"
+    answer = await client.post("/graphql", json={"query": text, "operationName": "B"})
+    assert [e["extensions"]["code"] for e in answer.json()["errors"]] == ["OPERATION_RESOLUTION_FAILURE"], answer.text

@@ -238,7 +238,7 @@ class GraphQLView(StrawberryGraphQL[Context, None]):
             status = exc.status if exc.status != 200 or media != http.GRAPHQL_RESPONSE else 400
             raise Answer(http.graphql_response({"errors": [http.error_entry(exc.message, exc.code)]}, status,
                                                media)) from None
-        problem = http.operation_problem(query, params.operation_name)
+        problem = http.operation_problem(query, params.operation_name)  # its parse charged with the operation
         if problem is not None:
             raise Answer(http.resolution_failure(problem, media))
         return Operation(query=query, variables=params.variables, operation_name=params.operation_name,
