@@ -66,6 +66,9 @@ HEAVY_SLOTS: Final = 2  # heavy operations running at once per process: the rest
 # Python work one operation does between turns of the event loop (completing a long list, converting
 # thousands of rows): every other request of the process waits at most about this long per turn.
 STRETCH_SECONDS: Final = 0.005
+# A heavy operation's turn of the event loop waits at most this long for the process's light operations in
+# flight to end (app.pipeline.LightFirst): lookups first, heavy work still a fifth of a busy loop.
+LIGHT_FIRST_SECONDS: Final = 0.02
 MEMORY_BOUND_MB: Final = 800  # the documented bound on a process's peak RSS under hostile load (bench/governance.py)
 
 # --- what one client may hold --------------------------------------------------------------------

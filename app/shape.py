@@ -189,7 +189,8 @@ class TextRefused(GraphQLError):
         """A document of the refused one's operations, without their selections."""
         return DocumentNode(definitions=tuple(
             OperationDefinitionNode(operation=kind, name=NameNode(value=name) if name else None,
-                                    variable_definitions=(), directives=(), selection_set=SelectionSetNode(selections=()))
+                                    variable_definitions=(), directives=(),
+                                    selection_set=SelectionSetNode(selections=()))
             for kind, name in self.operations))
 
 

@@ -233,6 +233,7 @@ async def attacks(url: str, top: str, ids: list[str], seconds: float, rows: list
     sampler.start()
     docs = attack_documents()
     light_address = f"198.51.{random.randrange(100, 200)}.{random.randrange(1, 255)}"
+    attackers = f"203.{random.randrange(1, 255)}.{random.randrange(1, 255)}"  # theirs too (each attacker an address)
     results: dict = {}
     slowest = 0.0
     try:
@@ -284,24 +285,25 @@ async def attacks(url: str, top: str, ids: list[str], seconds: float, rows: list
             async with httpx.AsyncClient(base_url=server.base, timeout=60, limits=limits) as client:
                 if name == "two connections of invalid 10 kB documents":
                     tasks = [loop(client, lambda n=n: {"json": {"query": docs["invalid_10kb"]},
-                                                        "headers": {"x-forwarded-for": f"203.0.113.{n}"}})
+                                                        "headers": {"x-forwarded-for": f"{attackers}.{n}"}})
                              for n in range(2)]
                 elif name == "four requests of 19 kB (overlapping fields)":
                     tasks = [loop(client, lambda n=n: {"json": {"query": docs["overlap_19kb"]},
-                                                        "headers": {"x-forwarded-for": f"203.0.113.{10 + n}"}})
+                                                        "headers": {"x-forwarded-for": f"{attackers}.{10 + n}"}})
                              for n in range(4)]
                 elif name == "2,200 distinct 12 kB invalid documents":
                     counter = iter(range(10**9))
                     tasks = [loop(client, lambda n=n: {"json": {"query": "{ " + " ".join(
                         f"f{next(counter) % 2200}_{j}: nope" for j in range(1000)) + " }"},
-                        "headers": {"x-forwarded-for": f"203.0.113.{20 + n}"}}) for n in range(2)]
+                        "headers": {"x-forwarded-for": f"{attackers}.{20 + n}"}}) for n in range(2)]
                 elif name == "four funded keys looping heavy operations":
                     tasks = [loop(client, lambda k=k: {"json": heavy_body(top),
                                                         "headers": {"authorization": f"Bearer {k}"}}) for k in keys]
                 elif name == "random Bearer keys":
+                    spoofed = [f"{attackers}.{n}" for n in range(30, 40)]
                     tasks = [loop(client, lambda: {"json": {"query": "{ __typename }"},
                                                    "headers": {"authorization": f"Bearer pith_{secrets.token_hex(16)}",
-                                                               "x-forwarded-for": f"203.0.113.{random.randrange(30, 40)}"}})
+                                                               "x-forwarded-for": random.choice(spoofed)}})
                              for _ in range(2)]
                 elif name == "2,500 idle sockets":
                     held = []
@@ -327,6 +329,7 @@ async def attacks(url: str, top: str, ids: list[str], seconds: float, rows: list
 
         until = time.monotonic() + seconds
         results["unloaded"] = await light(until)
+        results["unloaded"]["load"] = os.getloadavg()[0]
         for name in ATTACK_ROWS:
             if rows and not any(r in name for r in rows):
                 continue
@@ -334,6 +337,7 @@ async def attacks(url: str, top: str, ids: list[str], seconds: float, rows: list
             measured, statuses = await asyncio.gather(light(until), attacker(name, until))
             measured["attack_statuses"] = statuses
             measured["p99_vs_unloaded"] = round(measured["p99_ms"] / max(results["unloaded"]["p99_ms"], 0.1), 2)
+            measured["load"] = os.getloadavg()[0]
             results[name] = measured
             print(name, json.dumps(measured), flush=True)
             await asyncio.sleep(2)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Protocol, Sequence
+from contextvars import ContextVar
+from typing import Any, Awaitable, Callable, Protocol, Sequence
 
 from app.limits import STRETCH_SECONDS
 
@@ -28,6 +29,11 @@ TIMELINE_ENTRY_UNITS = 150  # a timeline entry's record: its statements are shar
 ROWS_PER_UNIT = 8
 
 
+# What the current operation's turns of the event loop wait for besides the loop (app.pipeline.LightFirst:
+# a heavy operation's wait for the process's light work), or None.
+TURN: ContextVar[Callable[[], Awaitable[None]] | None] = ContextVar("turn", default=None)
+
+
 class Turns:
     """Long Python work in stretches of STRETCH_SECONDS: `await turns.take()` between items gives the
     event loop to the process's other requests once the stretch is used up (a no-op before)."""
@@ -43,6 +49,9 @@ class Turns:
     async def take(self) -> None:
         if self.due():
             await asyncio.sleep(0)
+            wait = TURN.get()
+            if wait is not None:
+                await wait()
             self.since = time.perf_counter()
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import secrets
 import threading
 import time
@@ -33,7 +34,9 @@ pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 HUB = "8900.00001"
 DEADLINE = 4.0  # PITH_REQUEST_TIMEOUT: short, so heavy work reaches it within a row
-ROW_SECONDS = 3.0
+# Each row's length: a second asserts all that three do (every row gets its refusals, its 504s and its
+# lookups); bench/reliability.sh runs the long form (PITH_ATTACK_SECONDS=3), bench/governance.py the timings.
+ROW_SECONDS = float(os.environ.get("PITH_ATTACK_SECONDS", "1"))
 LOOKUP = "query($id: String!) { paper(arxivId: $id) { title } }"
 DIFF = ('query($a: String!) { recordDiff(arxivId: $a, from: "2000-01-01T00:00:00Z", to: "2030-01-01T00:00:00Z") '
         '{ toContextDigest changes { kind observedAt observation { observationId citingPaper { title } } } } }')

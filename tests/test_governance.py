@@ -454,3 +454,28 @@ def free_socket_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+async def test_heavy_work_takes_its_turns_after_the_light_operations_in_flight(served):
+    from app.pipeline import LIGHT_FIRST, LightFirst
+
+    first = LightFirst(longest=3600)
+    await first.turn()  # nothing light in flight: on at once
+    first.begin()
+    first.begin()
+    waiting = [asyncio.ensure_future(first.turn()) for _ in range(3)]
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not any(w.done() for w in waiting)  # heavy turns wait while light work is in flight
+    first.end()
+    await asyncio.sleep(0)
+    assert not any(w.done() for w in waiting)
+    first.end()
+    await asyncio.wait_for(asyncio.gather(*waiting), 30)  # the last light operation ended: every turn goes on
+    bounded = LightFirst(longest=0.01)
+    bounded.begin()
+    await asyncio.wait_for(bounded.turn(), 30)  # light work that never ends delays a turn, never stops it
+    # The process's count is balanced by every operation, answered or refused.
+    for query in ("{ __typename }", "{ nope }", "{ paper("):
+        await served.client.post("/graphql", json={"query": query})
+    assert LIGHT_FIRST.light == 0
