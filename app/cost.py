@@ -510,23 +510,27 @@ def _parsed(query: str, max_tokens: int) -> Any:
     global _documents_bytes
     key = (query, max_tokens)
     found = _documents.get(key)
+    from app.shape import TextRefused, lexical_problem
+
     if found is not None:
         _documents.move_to_end(key)
+        if isinstance(found[0], TextRefused):
+            raise found[0].copy()
         return found[0]
     from graphql import parse
 
-    from app.shape import lexical_problem
-
     started = time.perf_counter()
     try:
-        problem = lexical_problem(query, max_tokens)  # what the text alone refuses, before the parser's dearer pass
-        if problem is not None:
-            raise problem
-        document = parse(query, max_tokens=max_tokens)
+        # What the text alone refuses, before the parser's dearer pass: kept as its refusal (the text's
+        # size, not a tree's), so a client repeating it is refused from memory.
+        document = lexical_problem(query, max_tokens) or parse(query, max_tokens=max_tokens)
     finally:
         READING.set(READING.get() + time.perf_counter() - started)
-    weight = 1_000 + DOCUMENT_BYTES_PER_CHAR * len(query)
+    refused = isinstance(document, TextRefused)
+    weight = 1_000 + (2 if refused else DOCUMENT_BYTES_PER_CHAR) * len(query)
     if weight > DOCUMENT_CACHE_BYTES // 8:
+        if refused:
+            raise document
         return document  # too large to keep: parsed again when asked again
     _documents[key] = (document, weight)
     _documents_bytes += weight
@@ -535,6 +539,8 @@ def _parsed(query: str, max_tokens: int) -> Any:
         _documents_bytes -= old_weight
         for forget in _evicted:
             forget(old)
+    if refused:
+        raise document.copy()
     return document
 
 

@@ -185,6 +185,10 @@ class TextRefused(GraphQLError):
 
     operations: tuple[tuple[OperationType, str | None], ...] = ()
 
+    def copy(self) -> TextRefused:
+        """The same refusal, an object of its own (one is kept for the text, each request raises a copy)."""
+        return _refused(self.message, dict(self.extensions or {}), list(self.operations))
+
     def document(self) -> DocumentNode:
         """A document of the refused one's operations, without their selections."""
         return DocumentNode(definitions=tuple(

@@ -293,8 +293,9 @@ async def attacks(url: str, top: str, ids: list[str], seconds: float, rows: list
                              for n in range(4)]
                 elif name == "2,200 distinct 12 kB invalid documents":
                     counter = iter(range(10**9))
+                    # Each request the next of 2,200 documents (more than any cache of them holds).
                     tasks = [loop(client, lambda n=n: {"json": {"query": "{ " + " ".join(
-                        f"f{next(counter) % 2200}_{j}: nope" for j in range(1000)) + " }"},
+                        f"f{i}_{j}: nope" for i in [next(counter) % 2200] for j in range(1000)) + " }"},
                         "headers": {"x-forwarded-for": f"{attackers}.{20 + n}"}}) for n in range(2)]
                 elif name == "four funded keys looping heavy operations":
                     tasks = [loop(client, lambda k=k: {"json": heavy_body(top),

@@ -189,6 +189,7 @@ async def test_what_the_text_alone_refuses_is_what_parsing_or_the_shape_check_re
 
 async def test_a_document_the_text_refuses_is_never_parsed_and_is_charged(budgeted):
     from app import cost
+    from app.shape import TextRefused
 
     client = budgeted.client
     left = remaining(await client.post("/graphql", json={"query": "{ __typename }"}))
@@ -196,10 +197,14 @@ async def test_a_document_the_text_refuses_is_never_parsed_and_is_charged(budget
         text = "{ " + " ".join(f"f{n}_{j}: nope" for j in range(1000)) + " }"
         answer = await client.post("/graphql", json={"query": text})
         assert [e["extensions"]["code"] for e in answer.json()["errors"]] == ["QUERY_TOO_COMPLEX"], answer.text[:300]
-        assert not any(key[0] == text for key in cost._documents)
+        kept = [entry for key, entry in cost._documents.items() if key[0] == text]
+        assert kept and all(isinstance(document, TextRefused) for document, _ in kept)  # its refusal, no tree
         now = remaining(answer)
         assert now <= left - 1, (left, now)
         left = now
+    answer = await client.post("/graphql", json={"query": text})  # again: refused from memory, charged all the same
+    assert [e["extensions"]["code"] for e in answer.json()["errors"]] == ["QUERY_TOO_COMPLEX"], answer.text[:300]
+    assert remaining(answer) <= left - 1
     # An operation name the document does not have is told as such, unparsed too.
     text = "query A { " + " ".join(f"a{j}: __typename" for j in range(31)) + " }"
     answer = await client.post("/graphql", json={"query": text, "operationName": "B"})
