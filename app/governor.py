@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import ipaddress
 import logging
@@ -35,7 +36,7 @@ from uuid import UUID, uuid4
 import asyncpg
 
 from app.db.pool import connection, governor_pool
-from app.limits import HEAVY_COST, HEAVY_PER_CLIENT, HEAVY_SLOTS
+from app.limits import HEAVY_COST, HEAVY_PER_CLIENT, HEAVY_SLOTS, LIGHT_FIRST_SECONDS
 from loaders.system import KEYS, LIVE_KEYS
 
 log = logging.getLogger("pith.governor")
@@ -326,6 +327,48 @@ class Ticket:
     points: int
     held: list[asyncio.Semaphore] = field(default_factory=list)
     settled: bool = False
+    light_first: LightFirst | None = None  # a light operation's: in flight until settled
+    light: bool = True
+
+
+
+class LightFirst:
+    """Light work first, within a process: an operation admitted light (priced at most HEAVY_COST, by the
+    pipeline or the prepared fast path) is in flight until it is settled; a heavy operation's turns of the
+    event loop (its start once admitted, then each of loaders.base.Turns' stretches: app.pipeline) wait
+    while any light one is in flight, at most LIGHT_FIRST_SECONDS a turn. So a lookup waits behind at most
+    one stretch of heavy work however many heavy operations the process runs, and heavy work still gets
+    a share of a loop that is never idle."""
+
+    def __init__(self, longest: float = LIGHT_FIRST_SECONDS) -> None:
+        self.longest = longest
+        self.light = 0
+        self._idle: list[asyncio.Future] = []
+
+    def begin(self) -> None:
+        self.light += 1
+
+    def end(self) -> None:
+        self.light -= 1
+        if self.light <= 0:
+            self.light = 0
+            for waiting in self._idle:
+                if not waiting.done():
+                    with contextlib.suppress(RuntimeError):  # its loop closed (in-process servers of tests)
+                        waiting.set_result(None)
+            self._idle.clear()
+
+    async def turn(self) -> None:
+        """A heavy operation's turn: on once no light operation is in flight, or `longest` seconds on."""
+        if self.light == 0:
+            return
+        idle = asyncio.get_running_loop().create_future()
+        self._idle.append(idle)
+        await asyncio.wait((idle,), timeout=self.longest)
+        if not idle.done():
+            idle.cancel()
+            with contextlib.suppress(ValueError):
+                self._idle.remove(idle)
 
 
 class Governor:
@@ -341,6 +384,7 @@ class Governor:
         self.proxy_header = proxy_header.lower().encode("latin-1")
         self.budgets = Budgets(pool)
         self.heavy = asyncio.Semaphore(max(1, heavy_slots))
+        self.light_first = LightFirst()
         self._per_client: dict[str, asyncio.Semaphore] = {}
         self._key_table: dict[bytes, asyncpg.Record] | None = None  # every valid key, by digest
         self._key_table_at = 0.0  # when its read started (monotonic)
@@ -442,8 +486,10 @@ class Governor:
     async def admit(self, client: Client, points: int, units: int) -> Ticket:
         """Charge the budget, then (for heavy work) wait for a slot; RateLimited when over budget."""
         await self.budgets.charge(client, points)
-        ticket = Ticket(client, points)
-        if units > HEAVY_COST:
+        ticket = Ticket(client, points, light_first=self.light_first, light=units <= HEAVY_COST)
+        if ticket.light:
+            self.light_first.begin()
+        else:
             mine = self._per_client.get(client.id)
             if mine is None:
                 if len(self._per_client) > 10_000:
@@ -472,6 +518,8 @@ class Governor:
         if ticket.settled:
             return
         ticket.settled = True
+        if ticket.light:
+            self.light_first.end()
         for semaphore in reversed(ticket.held):
             semaphore.release()
         ticket.held.clear()

@@ -22,7 +22,7 @@ from app.cost import (READING, DataScale, PaperSize, Price, _parsed, _plan, _val
                       operation_price, paper_sizes, priced_papers, refusal)
 from app.errors import OperationError, deadline_error
 from app.governor import RateLimited, Ticket
-from app.limits import HEAVY_COST, LIGHT_FIRST_SECONDS, MAX_COST, MAX_NODES, RETRY_AFTER_SECONDS
+from app.limits import MAX_COST, MAX_NODES, RETRY_AFTER_SECONDS
 from app.logs import request_id
 from app.shape import TextRefused
 from loaders.base import TURN
@@ -328,47 +328,6 @@ class OperationSession(SchemaExtension):
                     await asyncio.wait_for(asyncio.shield(closing), SESSION_CLOSE_GRACE)
 
 
-class LightFirst:
-    """Light work first, within a process. An operation counts as light from its start until its price says
-    heavy (above HEAVY_COST) or its execution ends; a heavy operation's turns of the event loop (its start
-    once admitted, then each of loaders.base.Turns' stretches) wait while any light one is in flight, at
-    most LIGHT_FIRST_SECONDS a turn. So a lookup waits behind at most one stretch of heavy work however many
-    heavy operations the process runs, and heavy work still gets a share of a loop that is never idle."""
-
-    def __init__(self, longest: float = LIGHT_FIRST_SECONDS) -> None:
-        self.longest = longest
-        self.light = 0
-        self._idle: list[asyncio.Future] = []
-
-    def begin(self) -> None:
-        self.light += 1
-
-    def end(self) -> None:
-        self.light -= 1
-        if self.light <= 0:
-            self.light = 0
-            for waiting in self._idle:
-                if not waiting.done():
-                    with contextlib.suppress(RuntimeError):  # its loop closed (in-process servers of tests)
-                        waiting.set_result(None)
-            self._idle.clear()
-
-    async def turn(self) -> None:
-        """A heavy operation's turn: on once no light operation is in flight, or `longest` seconds on."""
-        if self.light == 0:
-            return
-        idle = asyncio.get_running_loop().create_future()
-        self._idle.append(idle)
-        await asyncio.wait((idle,), timeout=self.longest)
-        if not idle.done():
-            idle.cancel()
-            with contextlib.suppress(ValueError):
-                self._idle.remove(idle)
-
-
-LIGHT_FIRST = LightFirst()  # the process's
-
-
 class RequestPipeline(SchemaExtension):
     """Every stage an operation goes through, for every transport (HTTP, WebSocket, SSE, multipart):
 
@@ -396,12 +355,9 @@ class RequestPipeline(SchemaExtension):
         ctx.parse_options["max_tokens"] = self.max_tokens
         ctx.validation_rules = ctx.validation_rules + self.rules
         started = time.monotonic()
-        LIGHT_FIRST.begin()
-        self.light = True
         try:
             yield
         finally:  # however it ends: a stream whose first result is an error is closed at that result
-            self.end_light()
             context = ctx.context
             result = ctx.result
             errors = list(getattr(result, "errors", None) or ()) or list(ctx.pre_execution_errors or ())
@@ -411,11 +367,6 @@ class RequestPipeline(SchemaExtension):
                 await self.charge_refused()  # refused otherwise (an operation type this transport does not carry)
             report(ctx.operation_name, codes, getattr(getattr(context, "session", None), "statements", 0),
                    self.actual, ticket.points if ticket is not None else None, time.monotonic() - started)
-
-    def end_light(self) -> None:
-        if self.light:
-            self.light = False
-            LIGHT_FIRST.end()
 
     async def charge_refused(self) -> None:
         """Refused before admission (a syntax error, a validation error, a shape or price refusal): the
@@ -498,13 +449,11 @@ class RequestPipeline(SchemaExtension):
                 error = exc
             else:
                 error = refusal(self.price)
-            if error is None and self.price.units > HEAVY_COST:  # heavy: its turns wait for light work
-                self.end_light()
-                turn = TURN.set(LIGHT_FIRST.turn)
             if error is None:
                 ticket, error = await admit(context, self.price)
-            if error is None and turn is not None:
-                await LIGHT_FIRST.turn()
+            if ticket is not None and not ticket.light:  # heavy: its turns wait for the process's light work
+                turn = TURN.set(ticket.light_first.turn)
+                await ticket.light_first.turn()
             if error is None:
                 session = getattr(context, "session", None)
                 if session is not None and session.statements == 0:
@@ -517,7 +466,6 @@ class RequestPipeline(SchemaExtension):
         try:
             yield
         finally:
-            self.end_light()  # executed: whatever follows (the answer's writing) is not the loop's to yield
             if turn is not None:
                 TURN.reset(turn)
             if error is None:
