@@ -523,14 +523,14 @@ def _parsed(query: str, max_tokens: int) -> Any:
     try:
         # What the text alone refuses, before the parser's dearer pass: kept as its refusal (the text's
         # size, not a tree's), so a client repeating it is refused from memory.
-        document = lexical_problem(query, max_tokens) or parse(query, max_tokens=max_tokens)
+        refused = lexical_problem(query, max_tokens)
+        document: Any = refused or parse(query, max_tokens=max_tokens)
     finally:
         READING.set(READING.get() + time.perf_counter() - started)
-    refused = isinstance(document, TextRefused)
     weight = 1_000 + (2 if refused else DOCUMENT_BYTES_PER_CHAR) * len(query)
     if weight > DOCUMENT_CACHE_BYTES // 8:
-        if refused:
-            raise document
+        if refused is not None:
+            raise refused
         return document  # too large to keep: parsed again when asked again
     _documents[key] = (document, weight)
     _documents_bytes += weight
@@ -539,8 +539,8 @@ def _parsed(query: str, max_tokens: int) -> Any:
         _documents_bytes -= old_weight
         for forget in _evicted:
             forget(old)
-    if refused:
-        raise document.copy()
+    if refused is not None:
+        raise refused.copy()
     return document
 
 
