@@ -316,6 +316,9 @@ class PreparedFastPath:
             error = located_error(exc, [compiled.field], [compiled.response_key])
             self.state.schema.process_errors([error])
             result = ExecutionResult(data={compiled.response_key: None}, errors=[error])
+        except BaseException:  # cancelled (the client left, the server stops): its slots and light work end too
+            governor.settle(ticket, None)
+            raise
         actual = actual_units(result.data, len(rows) if rows is not None else 0, statements)
         settle(governor, ticket, actual)
         result.extensions = {"cost": cost_extension(price, actual, _Statements(statements))}

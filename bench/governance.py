@@ -398,6 +398,25 @@ def report_lines() -> list[str]:
                 lines.append(f"  - {name}: light p50 {row['p50_ms']} ms, **p99 {row['p99_ms']} ms "
                              f"({row['p99_vs_unloaded']}x)**, errors {row['errors']}/{row['n']}; attackers "
                              f"{row['attack_statuses']}")
+    sides = sorted(RESULTS.glob("governance-*-attacks-side-by-side.json"))
+    if sides:
+        found = json.loads(sides[-1].read_text())
+        lines.append(f"- Attack table side by side ({sides[-1].stem[11:21]}): {found['note']} Light client's p99 during "
+                     "each row / its p99 alone in the same run, and the load average (`uptime`, 1 min) as the row "
+                     "ended:")
+        runs = found["runs"]
+        lines.append("")
+        lines.append("  | row | " + " | ".join(runs) + " |")
+        lines.append("  |---|" + "---|" * len(runs))
+        for row in next(iter(runs.values()))["rows"]:
+            cells = []
+            for run in runs.values():
+                measured = run["rows"].get(row)
+                cells.append("-" if measured is None else
+                             f"{measured['p99_ms']:.0f} ms ({measured.get('p99_vs_unloaded', 1.0):.2f}x, load "
+                             f"{measured['load']:.0f})")
+            lines.append(f"  | {row} | " + " | ".join(cells) + " |")
+        lines.append("")
     return lines
 
 
