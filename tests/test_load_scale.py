@@ -18,7 +18,7 @@ import pytest_asyncio
 from app.ingest import store
 from app.ingest.document import parse_document
 from app.ingest.store import TABLES, ImportRejected, Loader, load_file
-from tests.conftest import FACT_TABLES, SEED, drop_database, synthetic_database
+from tests.conftest import SEED, drop_database, synthetic_database
 from tests.test_import import conflicting_pair, fact_counts, redigest, rejected, seed, write
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -71,16 +71,14 @@ async def test_staged_conflict_checks_do_work_in_proportion_to_the_rows_staged(d
 
 
 async def test_a_load_of_the_dump_adds_every_fact_once_a_rerun_none_and_dumps_the_same(dumped, empty_database,
-                                                                                      tmp_path, monkeypatch):
+                                                                                      tmp_path):
     _, path = dumped
-    monkeypatch.setattr(store, "CHUNK_DOCUMENTS", 3)  # many chunks, finished out of order by two workers
     conn = await asyncpg.connect(empty_database)
     try:
-        # Read by worker processes (a large file's way), then again in this process: the same facts.
-        first = await load_file(conn, str(path), workers=2)
+        first = await load_file(conn, str(path))
         assert first.documents == 60 and first.facts_added > 0
         counts = await fact_counts(conn)
-        again = await load_file(conn, str(path), workers=1)
+        again = await load_file(conn, str(path))
         assert again.facts_added == 0 and await fact_counts(conn) == counts
     finally:
         await conn.close()
@@ -110,34 +108,6 @@ async def test_conflicts_between_batches_are_found_in_the_stage(empty_database, 
 
         same = write(tmp_path, "same.ndjson", [seed(), seed()])  # the same facts twice agree
         assert (await load_file(conn, same)).facts_added > 0
-    finally:
-        await conn.close()
-
-
-async def test_documents_read_by_workers_are_refused_as_when_read_here(dumped, empty_database, tmp_path, monkeypatch):
-    _, path = dumped
-    monkeypatch.setattr(store, "CHUNK_DOCUMENTS", 2)
-    lines = path.read_bytes().splitlines(keepends=True)
-    bad = json.loads(lines[6])
-    bad["paper"]["title"] += " (edited)"  # no longer what its facts rebuild to
-    cases = {"document.ndjson": lines[:6] + [json.dumps(bad).encode() + b"\n"] + lines[7:],
-             "json.ndjson": lines[:9] + [b"\n", b"{not json\n"] + lines[9:],
-             # two documents of the file disagree: the conflict names both lines, as their order in the file
-             "conflict.ndjson": [json.dumps(d).encode() + b"\n" for d in conflicting_pair()]}
-    conn = await asyncpg.connect(empty_database)
-    try:
-        for name, content in cases.items():
-            file = tmp_path / name
-            file.write_bytes(b"".join(content))
-            found = []
-            for workers in (1, 2):
-                with pytest.raises(ImportRejected) as caught:
-                    await load_file(conn, str(file), workers=workers)
-                found.append(caught.value)
-                assert await fact_counts(conn) == dict.fromkeys(FACT_TABLES, 0), "a refused file wrote facts"
-            assert str(found[1]) == str(found[0]), name
-            assert found[0].line == {"document.ndjson": 7, "json.ndjson": 11, "conflict.ndjson": None}[name], found[0]
-        assert "line 2" in str(found[0]) and "'doi'" in str(found[0])
     finally:
         await conn.close()
 

@@ -5,7 +5,6 @@ One call of load_file is one transaction: every document of the file lands, or n
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import os
@@ -406,30 +405,25 @@ RETRIES = 3
 CLIENT_CHECK_SECONDS = 2
 
 
-async def load_file(conn: asyncpg.Connection, path: str, progress: IO[str] | None = None,
-                    workers: int | None = None) -> LoadResult:
+async def load_file(conn: asyncpg.Connection, path: str, progress: IO[str] | None = None) -> LoadResult:
     """Load one file in one transaction; raise ImportRejected (and write nothing) on any problem.
 
     A concurrent load of overlapping facts can deadlock with this one; PostgreSQL then aborts one of
     the two, and that one is run again from the start (files only: standard input cannot be re-read).
-    `workers`: processes reading the documents (None: one per core for a large ndjson file, else this one).
     """
     for attempt in range(1, RETRIES + 1):
         try:
-            return await _load_file_once(conn, path, progress, workers)
+            return await _load_file_once(conn, path, progress)
         except (asyncpg.DeadlockDetectedError, asyncpg.SerializationError):
             if path == "-" or attempt == RETRIES:
                 raise
     raise AssertionError("unreachable")
 
 
-async def _load_file_once(conn: asyncpg.Connection, path: str, progress: IO[str] | None,
-                          workers: int | None) -> LoadResult:
+async def _load_file_once(conn: asyncpg.Connection, path: str, progress: IO[str] | None) -> LoadResult:
     started = time.monotonic()
     stream, ndjson = _open(path)
     documents = 0
-    if workers is None:
-        workers = _workers_for(path, ndjson)
     try:
         async with conn.transaction():
             # A killed client ends its backend (and its locks) within seconds, even mid-statement,
@@ -439,22 +433,23 @@ async def _load_file_once(conn: asyncpg.Connection, path: str, progress: IO[str]
             await loader.start()
             last_report = started
             try:
-                read = _read_parallel(stream, workers) if ndjson and workers > 1 else _read_serial(stream, ndjson)
-                async with contextlib.aclosing(read):  # a refused file stops its workers at once
-                    async for origin, facts in read:
-                        loader.add(facts, origin)
-                        documents += 1
-                        if documents % BATCH_DOCUMENTS == 0:
-                            await loader.flush()
-                        now = time.monotonic()
-                        if progress is not None and now - last_report >= 1.0:
-                            rate = documents / (now - started)
-                            print(f"{path}: {documents} documents ({rate:.0f}/s)", file=progress, flush=True)
-                            last_report = now
+                for line, doc in _documents(stream, ndjson):
+                    try:
+                        parsed = parse_document(doc)
+                    except DocumentError as exc:
+                        raise ImportRejected(path, exc.message, line=line, path=exc.path) from None
+                    where = f"line {line}" if line is not None else "the document"
+                    loader.add(parsed.facts, f"{where} ({parsed.arxiv_id} as of {parsed.rows.as_of.isoformat()})")
+                    documents += 1
+                    if documents % BATCH_DOCUMENTS == 0:
+                        await loader.flush()
+                    now = time.monotonic()
+                    if progress is not None and now - last_report >= 1.0:
+                        rate = documents / (now - started)
+                        print(f"{path}: {documents} documents ({rate:.0f}/s)", file=progress, flush=True)
+                        last_report = now
             except _BadJson as exc:
                 raise ImportRejected(path, exc.message, line=exc.line, path="$") from None
-            except _BadDocument as exc:
-                raise ImportRejected(path, exc.message, line=exc.line, path=exc.path) from None
             if documents == 0:
                 raise ImportRejected(path, "no document found; expected at least one v1 document")
             added = await loader.finish()
@@ -465,94 +460,3 @@ async def _load_file_once(conn: asyncpg.Connection, path: str, progress: IO[str]
         print(f"{path}: loaded {documents} documents, {added} new facts in {seconds:.2f}s "
               f"({documents / seconds if seconds else documents:.0f} documents/s)", file=progress, flush=True)
     return LoadResult(path, documents, added, seconds)
-
-
-# Reading a document (decoding, checking, rebuilding it to its bytes) is the load's CPU, and documents are
-# independent: a large ndjson file is read by worker processes, one per core, while this process stages
-# and merges their facts in the file's order. A small file is read here (starting a worker costs more).
-PARALLEL_BYTES = 16 * 1024 * 1024
-CHUNK_DOCUMENTS = 8  # documents sent to a worker at once
-CHUNKS_AHEAD = 4  # chunks in flight per worker (bounds the memory of documents read ahead)
-
-
-def _workers_for(path: str, ndjson: bool) -> int:
-    if not ndjson or path == "-":
-        return 1
-    try:
-        size = os.path.getsize(path)
-    except OSError:
-        return 1
-    return min(os.cpu_count() or 1, 4) if size >= PARALLEL_BYTES else 1
-
-
-class _BadDocument(Exception):
-    def __init__(self, line: int | None, path: str, message: str) -> None:
-        self.line, self.path, self.message = line, path, message
-
-
-def _read_document(line: int | None, doc: Any) -> tuple[str, Facts]:
-    """One decoded document's origin (as conflicts name it) and facts; the one reading both paths share."""
-    try:
-        parsed = parse_document(doc)
-    except DocumentError as exc:
-        raise _BadDocument(line, exc.path, exc.message) from None
-    where = f"line {line}" if line is not None else "the document"
-    return f"{where} ({parsed.arxiv_id} as of {parsed.rows.as_of.isoformat()})", parsed.facts
-
-
-async def _read_serial(stream: IO[bytes], ndjson: bool):
-    for line, doc in _documents(stream, ndjson):
-        yield _read_document(line, doc)
-
-
-def _worker_start() -> None:
-    import gc
-
-    gc.set_threshold(100_000, 50, 100)  # as the command itself: documents have no cycles
-
-
-def _read_chunk(chunk: list[tuple[int, bytes]]) -> list[tuple]:
-    """In a worker: each line's (origin, facts), up to and including the first bad one (its error)."""
-    out: list[tuple] = []
-    for line, raw in chunk:
-        try:
-            out.append((None,) + _read_document(line, _decode(raw, line)))
-        except _BadJson as exc:
-            out.append(("json", exc.line, exc.message))
-            break
-        except _BadDocument as exc:
-            out.append(("document", exc.line, exc.path, exc.message))
-            break
-    return out
-
-
-async def _read_parallel(stream: IO[bytes], workers: int):
-    import asyncio
-    import multiprocessing
-    from collections import deque
-    from concurrent.futures import ProcessPoolExecutor
-
-    # spawn: a forked child would inherit this process's event loop and database connection.
-    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_start)
-    numbered = ((n, raw) for n, raw in enumerate(stream, start=1) if raw.strip())
-    in_flight: deque = deque()
-
-    def submit() -> None:
-        chunk = [x for _, x in zip(range(CHUNK_DOCUMENTS), numbered)]
-        if chunk:
-            in_flight.append(pool.submit(_read_chunk, chunk))
-
-    try:
-        for _ in range(workers * CHUNKS_AHEAD):
-            submit()
-        while in_flight:
-            results = await asyncio.wrap_future(in_flight.popleft())
-            submit()
-            for result in results:
-                if result[0] == "json":
-                    raise _BadJson(result[1], result[2])
-                if result[0] == "document":
-                    raise _BadDocument(result[1], result[2], result[3])
-                yield result[1], result[2]
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
