@@ -90,7 +90,7 @@ async def test_a_load_of_the_dump_adds_every_fact_once_a_rerun_none_and_dumps_th
 
 
 async def test_conflicts_between_batches_are_found_in_the_stage(empty_database, tmp_path, monkeypatch):
-    monkeypatch.setattr(store, "BATCH_DOCUMENTS", 1)  # every document its own batch: only the stage compares them
+    monkeypatch.setattr(store, "LOAD_BATCH_DOCUMENTS", 1)  # every document its own batch: only the stage compares them
     conn = await asyncpg.connect(empty_database)
     try:
         error = await rejected(conn, write(tmp_path, "pair.ndjson", conflicting_pair()))
@@ -110,6 +110,50 @@ async def test_conflicts_between_batches_are_found_in_the_stage(empty_database, 
         assert (await load_file(conn, same)).facts_added > 0
     finally:
         await conn.close()
+
+
+async def test_a_load_merged_batch_by_batch_is_the_load_in_one_batch(dumped, admin_url, monkeypatch, tmp_path):
+    """A load merges each batch into the fact tables while it reads the next: with every document its own
+    batch, the database equals the one-batch load of the same file (facts, change log, totals, version);
+    and a file refused at its last line, after every earlier batch was merged, writes nothing."""
+    from tests.conftest import create_database, database_state
+
+    _, path = dumped
+    states = []
+    for batch in (1, 10_000):
+        monkeypatch.setattr(store, "LOAD_BATCH_DOCUMENTS", batch)
+        url = await create_database(admin_url, "pith_test_batches")
+        try:
+            conn = await asyncpg.connect(url)
+            try:
+                assert (await load_file(conn, str(path))).documents == 60
+            finally:
+                await conn.close()
+            states.append(await database_state(url))
+        finally:
+            await drop_database(admin_url, url)
+    assert states[0] == states[1]
+
+    monkeypatch.setattr(store, "LOAD_BATCH_DOCUMENTS", 1)
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    bad_json = tmp_path / "bad-last-json.ndjson"
+    bad_json.write_text("\n".join(lines) + "\n{not json\n")
+    bad_document = tmp_path / "bad-last-document.ndjson"
+    bad_document.write_text("\n".join(lines) + "\n" + json.dumps({"schema": "nope"}) + "\n")
+    url = await create_database(admin_url, "pith_test_batches")
+    try:
+        conn = await asyncpg.connect(url)
+        try:
+            for bad in (bad_json, bad_document):
+                error = await rejected(conn, str(bad))
+                assert "line 61" in str(error), error
+                assert sum((await fact_counts(conn)).values()) == 0
+                assert await conn.fetchval("SELECT count(*) FROM change_log") == 0
+            assert (await load_file(conn, str(path))).documents == 60  # the connection is usable after
+        finally:
+            await conn.close()
+    finally:
+        await drop_database(admin_url, url)
 
 
 async def test_a_killed_load_ends_its_backend_and_releases_its_locks(empty_database):

@@ -5,6 +5,8 @@ One call of load_file is one transaction: every document of the file lands, or n
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import io
 import json
 import os
@@ -45,6 +47,7 @@ TABLES: tuple[Table, ...] = (
 )
 
 BATCH_DOCUMENTS = 500
+LOAD_BATCH_DOCUMENTS = 100  # a load merges each batch while it reads the next
 
 
 class ImportRejected(Exception):
@@ -120,24 +123,25 @@ LIMIT 1
 """
 
 
-def _insert_sql(t: Table, unique: bool = False) -> str:
-    """Set-based insert from the stage; unique=True when staged keys are known to be distinct."""
+def _insert_sql(t: Table, unique: bool = False, source: str = "stage_") -> str:
+    """Set-based insert from the stage (or a batch of it: source="batch_"); unique=True when staged keys are
+    known to be distinct."""
     columns = ", ".join(t.key + t.values)
     order = ", ".join(t.key)
     if unique and t.fact != "papers":
         # In key order: index pages fill left to right instead of at random.
-        return f"INSERT INTO {t.name} ({columns}) SELECT {columns} FROM stage_{t.name} ORDER BY {order} ON CONFLICT DO NOTHING"
+        return f"INSERT INTO {t.name} ({columns}) SELECT {columns} FROM {source}{t.name} ORDER BY {order} ON CONFLICT DO NOTHING"
     if t.fact == "papers":
         return f"""
 INSERT INTO {t.name} ({columns})
-SELECT DISTINCT ON ({order}) {columns} FROM stage_{t.name}
+SELECT DISTINCT ON ({order}) {columns} FROM {source}{t.name}
 ORDER BY {order}, primary_category NULLS LAST
 ON CONFLICT ({order}) DO UPDATE SET primary_category = EXCLUDED.primary_category
 WHERE {t.name}.primary_category IS NULL AND EXCLUDED.primary_category IS NOT NULL
 """
     return f"""
 INSERT INTO {t.name} ({columns})
-SELECT DISTINCT ON ({order}) {columns} FROM stage_{t.name}
+SELECT DISTINCT ON ({order}) {columns} FROM {source}{t.name}
 ORDER BY {order}
 ON CONFLICT DO NOTHING
 """
@@ -147,8 +151,13 @@ class Loader:
     """Stages the facts of one file inside its transaction and merges them at the end."""
 
     def __init__(self, conn: asyncpg.Connection, file: str, *, check_conflicts: bool = True,
-                 staged_unique: bool = False) -> None:
+                 staged_unique: bool = False, merge_each_batch: bool = False) -> None:
         self.conn = conn
+        # Each batch is merged into the fact tables as it is staged, while the caller reads the next documents:
+        # the database's work (the inserts, their indexes and triggers) overlaps the reading instead of
+        # following it. The checks for conflicting facts still run once, over the whole stage, at the end.
+        self.merge_each_batch = merge_each_batch
+        self._merging: asyncio.Task | None = None
         self.file = file
         self.check_conflicts = check_conflicts
         # The caller left one staged row per key (app.ingest.sources): only stored facts can conflict.
@@ -166,6 +175,9 @@ class Loader:
                 f" ALTER TABLE stage_{t.name} ADD COLUMN origin text;"
                 # What this import actually adds (for the change log).
                 f" CREATE TEMP TABLE new_{t.name} (LIKE {t.name}) ON COMMIT DROP"
+                # The batch being merged (merge_each_batch).
+                + (f"; CREATE TEMP TABLE batch_{t.name} (LIKE stage_{t.name}) ON COMMIT DROP"
+                   if self.merge_each_batch else "")
             )
 
     def add(self, facts: Facts, origin: str) -> None:
@@ -200,6 +212,37 @@ class Loader:
         self.pending = Facts()
         self.origins.clear()
 
+    async def merge_batch(self) -> None:
+        """COPY the pending facts into the batch tables and start merging them into the stage and the fact
+        tables; the merge runs in the database while the caller reads on, and is awaited before the next."""
+        await self.settle()
+        merged = []
+        for t in TABLES:
+            rows = getattr(self.pending, t.fact)
+            if not rows:
+                continue
+            origins = self.origins[t.fact]
+            await self.conn.copy_records_to_table(f"batch_{t.name}",
+                                                  records=[key + value + (origins[key],) for key, value in rows.items()],
+                                                  columns=list(t.key + t.values) + ["origin"])
+            merged.append(t)
+        self.pending = Facts()
+        self.origins.clear()
+        if not merged:
+            return
+        sql = "; ".join(statement for t in merged for statement in (
+            f"INSERT INTO stage_{t.name} SELECT * FROM batch_{t.name}",
+            f"WITH added AS ({_insert_sql(t, source='batch_')} RETURNING *) INSERT INTO new_{t.name} SELECT * FROM added",
+            f"TRUNCATE batch_{t.name}"))
+        self._merging = asyncio.create_task(self.conn.execute(sql))
+        await asyncio.sleep(0)  # the statements are sent: the database works while the caller reads
+
+    async def settle(self) -> None:
+        """Wait for the batch being merged (its error, if any, is raised here)."""
+        task, self._merging = self._merging, None
+        if task is not None:
+            await task
+
     async def stage_rows(self, rows_by_fact: dict[str, list[tuple]], origin: str) -> None:
         """COPY rows straight into the staging tables (rows in each table's key + value column order)."""
         for t in TABLES:
@@ -209,6 +252,8 @@ class Loader:
                                                       columns=list(t.key + t.values) + ["origin"])
 
     async def finish(self) -> int:
+        if self.merge_each_batch:
+            return await self._finish_merged()
         await self.flush()
         # Temporary tables get no statistics of their own (autovacuum never sees them): without them the
         # planner takes a stage of 19,001 rows for a few and joins it pair by pair (182 s).
@@ -241,6 +286,30 @@ class Loader:
             # (both taken last: the row and the lock are held only until this transaction commits).
             await self.conn.execute("UPDATE data_version SET version = version + 1")
             await append_changes(self.conn, "stage_" if self.all_new else "new_")
+        return added
+
+
+    async def _finish_merged(self) -> int:
+        """finish() when each batch was merged as it came: check the whole stage for conflicts, then log."""
+        await self.merge_batch()
+        await self.settle()
+        await self.conn.execute("; ".join(f"ANALYZE stage_{t.name}" for t in TABLES))
+        # A paper snapshot's category can be filled in by a later batch (an update): count each key once.
+        added = await self.conn.fetchval("SELECT " + " + ".join(
+            f"(SELECT count(DISTINCT ({', '.join(t.key)})) FROM new_{t.name})" if t.fact == "papers"
+            else f"(SELECT count(*) FROM new_{t.name})" for t in TABLES))
+        if self.check_conflicts:
+            for t in TABLES:
+                if not t.values:
+                    continue
+                for check in (_staged_conflict_sql(t), _conflict_sql(t)):
+                    conflict = await self.conn.fetchrow(check)
+                    if conflict is not None:
+                        raise ImportRejected(self.file, _describe_conflict(t, conflict))
+        if added:
+            await self.conn.execute("; ".join(f"ANALYZE new_{t.name}" for t in TABLES))
+            await self.conn.execute("UPDATE data_version SET version = version + 1")
+            await append_changes(self.conn, "new_")
         return added
 
 
@@ -429,7 +498,7 @@ async def _load_file_once(conn: asyncpg.Connection, path: str, progress: IO[str]
             # A killed client ends its backend (and its locks) within seconds, even mid-statement,
             # instead of the backend finishing the load for nobody while a rerun waits on its locks.
             await conn.execute(f"SET LOCAL client_connection_check_interval = '{CLIENT_CHECK_SECONDS}s'")
-            loader = Loader(conn, path)
+            loader = Loader(conn, path, merge_each_batch=True)
             await loader.start()
             last_report = started
             try:
@@ -441,15 +510,20 @@ async def _load_file_once(conn: asyncpg.Connection, path: str, progress: IO[str]
                     where = f"line {line}" if line is not None else "the document"
                     loader.add(parsed.facts, f"{where} ({parsed.arxiv_id} as of {parsed.rows.as_of.isoformat()})")
                     documents += 1
-                    if documents % BATCH_DOCUMENTS == 0:
-                        await loader.flush()
+                    if documents % LOAD_BATCH_DOCUMENTS == 0:
+                        await loader.merge_batch()
                     now = time.monotonic()
                     if progress is not None and now - last_report >= 1.0:
                         rate = documents / (now - started)
                         print(f"{path}: {documents} documents ({rate:.0f}/s)", file=progress, flush=True)
                         last_report = now
-            except _BadJson as exc:
-                raise ImportRejected(path, exc.message, line=exc.line, path="$") from None
+            except BaseException as exc:
+                # A refused document leaves no statement in flight: the transaction can then roll back.
+                with contextlib.suppress(Exception):
+                    await loader.settle()
+                if isinstance(exc, _BadJson):
+                    raise ImportRejected(path, exc.message, line=exc.line, path="$") from None
+                raise
             if documents == 0:
                 raise ImportRejected(path, "no document found; expected at least one v1 document")
             added = await loader.finish()
