@@ -222,8 +222,8 @@ class Loader:
             if not rows:
                 continue
             origins = self.origins[t.fact]
-            await self.conn.copy_records_to_table(f"batch_{t.name}",
-                                                  records=[key + value + (origins[key],) for key, value in rows.items()],
+            records = [key + value + (origins[key],) for key, value in rows.items()]
+            await self.conn.copy_records_to_table(f"batch_{t.name}", records=records,
                                                   columns=list(t.key + t.values) + ["origin"])
             merged.append(t)
         self.pending = Facts()
@@ -232,7 +232,8 @@ class Loader:
             return
         sql = "; ".join(statement for t in merged for statement in (
             f"INSERT INTO stage_{t.name} SELECT * FROM batch_{t.name}",
-            f"WITH added AS ({_insert_sql(t, source='batch_')} RETURNING *) INSERT INTO new_{t.name} SELECT * FROM added",
+            f"WITH added AS ({_insert_sql(t, source='batch_')} RETURNING *)"
+            f" INSERT INTO new_{t.name} SELECT * FROM added",
             f"TRUNCATE batch_{t.name}"))
         self._merging = asyncio.create_task(self.conn.execute(sql))
         await asyncio.sleep(0)  # the statements are sent: the database works while the caller reads
