@@ -459,9 +459,30 @@ def query_price(document: Any, operation_name: str | None, variables: dict[str, 
     costing = Costing(fragments, variables or {}, scale, sizes)
     costing.check_shape(operations[0].selection_set)
     found = costing.price(operations[0].selection_set, 1)
+    found = Price(found.nodes, found.units + statement_share(costing, operations[0].selection_set), found.advice)
     if sizes is not None:
         found = Price(found.nodes, found.units + size_read(len(sizes)), found.advice)
     return found
+
+
+def statement_share(costing: Costing, selection_set: SelectionSetNode | None) -> int:
+    """The statements an operation may send, at the share actual_units charges each, and the rows its root
+    lookups return: a statement for each field with a selection (a root lookup, a list, an object loaded for
+    every item of a list; the dataloaders batch one field's loads across the items of a list into one
+    statement, so a field counts once however many items it is asked for) and a row for each id a root
+    field names. Fields priced with their statements (timeline, diff, ...) count too: an upper bound."""
+    count, rows, enough = 0, 0, MAX_COST // PRICES["statement"] + 1  # past the limit: no need to count further
+    for field in costing.fields(selection_set):
+        if field.selection_set is not None:
+            ids = next((costing.args(field).get(a) for a in ("arxivIds", "ids") if a in costing.args(field)), None)
+            rows += len(ids) if isinstance(ids, list) else 1
+    stack = [selection_set]
+    while stack and count < enough:
+        for field in costing.fields(stack.pop()):
+            if field.selection_set is not None:
+                count += 1
+                stack.append(field.selection_set)
+    return PRICES["statement"] * count + rows
 
 
 def size_read(papers: int) -> int:

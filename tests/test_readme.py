@@ -119,6 +119,15 @@ async def test_a_readme_example_answers_something_on_the_bundled_sample(bundled,
     assert not empty_parts(body["data"]), (query, empty_parts(body["data"]), body["data"])
 
 
+@pytest.mark.parametrize("query", QUERIES, ids=lambda q: q.split("(")[0][2:30])
+async def test_a_readme_examples_price_bounds_its_work(bundled, query):
+    """The price asked before it runs is at least the work it did (objects, rows and a share per
+    statement sent), small lookups included: a statement is work however few rows it returns."""
+    body = await bundled.graphql(await filled(bundled, query))
+    cost = body["extensions"]["cost"]
+    assert cost["requested"] >= cost["actual"], (query, cost)
+
+
 async def test_the_retraction_examples_list_what_the_sources_say(bundled):
     """What the retraction examples answer on the bundled sample is the sources' word: Wakefield et al. 1998
     retracted by The Lancet's notice of 6 February 2010 (Crossref and Retraction Watch), cited by 2012.11475
