@@ -44,9 +44,10 @@ INTROSPECTION_LISTS = frozenset({"types", "fields", "inputFields", "interfaces",
 
 
 # Fields whose work grows with one paper's observations (priced from that paper's own counts).
-DATA_SIZED = frozenset({"timeline", "recordDiff", "citationsByYear", "neighbourhood"})
+DATA_SIZED = frozenset({"timeline", "recordDiff", "citationsByYear", "neighbourhood", "citationRecord"})
 # Root fields that name the paper(s) everything directly below them is about.
-PAPER_ROOTS = {"paper": "arxivId", "papers": "arxivIds", "recordDiff": "arxivId", "neighbourhood": "arxivId"}
+PAPER_ROOTS = {"paper": "arxivId", "papers": "arxivIds", "recordDiff": "arxivId", "neighbourhood": "arxivId",
+               "citationRecord": "arxivId"}
 
 
 @dataclass(frozen=True)
@@ -175,6 +176,9 @@ class Costing:
             if field.selection_set is not None:  # objects to complete: a connection is one, its items many
                 units += multiplier if connection else own
             units += multiplier * self.work(name, args, size)
+            if name == "citationRecord" and any(f.name.value == "document" for f in self.fields(field.selection_set)):
+                # the document as a JSON object: its objects are the answer's (what it itemizes, ~12 each)
+                units += multiplier * record_objects(self.size_of(args.get("arxivId") if self.root else self.paper))
             root, self.root = self.root, False
             paper = self.paper
             # Fields right below a root that names one paper are that paper's; anything deeper is another's.
@@ -230,7 +234,7 @@ class Costing:
     def work(self, name: str, args: dict[str, Any], size: int) -> int:
         """Work a field does beyond the objects it returns (records built, rows scanned)."""
         if name == "citationRecord":
-            return PRICES["record"]
+            return served_record_units(self.size_of(args.get("arxivId") if self.root else self.paper))
         if name == "recordDiff":
             own = self.size_of(args.get("arxivId") if self.root else self.paper)
             return diff_units(own, args.get("maxChanges") or argument_default("maxChanges"))
@@ -294,6 +298,7 @@ FACTS_PER_OUTBOUND: Final = 8
 TIMELINE_STATEMENTS: Final = 9
 DIFF_STATEMENTS: Final = 7
 CITATIONS_BY_YEAR_STATEMENTS: Final = 2
+RECORD_UNCAPPED_SHARE: Final = 16
 YEARS: Final = 100  # years a paper's citers were submitted in, at most
 RECORD_CAP: Final = 100  # loaders.rows.Caps: the observations a served record itemizes on each side
 
@@ -308,6 +313,18 @@ def diff_units(own: PaperSize, max_changes: int) -> int:
     and the facts about them (charged as it runs, two units an observation: app.schema.record_diff)."""
     return (DIFF_STATEMENTS * PRICES["statement"] + 2 * record_units(own) + max_changes
             + 2 * (own.inbound + own.outbound))
+
+
+def served_record_units(own: PaperSize) -> int:
+    """A served (capped) record of the paper: its build, the rows of what it itemizes, and what grows with the
+    paper's whole size beyond the caps (its counts and the works whose standing it reports): a unit for
+    every RECORD_UNCAPPED_SHARE observations, measured on hubs of 19,000 and 213,000 citations."""
+    return PRICES["record"] + record_rows(own) + (own.inbound + own.outbound) // RECORD_UNCAPPED_SHARE
+
+
+def record_objects(own: PaperSize) -> int:
+    """The objects of a record of the paper as JSON: a dozen for each observation it itemizes, and its own."""
+    return 12 * (min(own.inbound, RECORD_CAP) + min(own.outbound, RECORD_CAP)) + 30
 
 
 def record_units(own: PaperSize) -> int:

@@ -27,6 +27,8 @@ QUERIES = {
     "recordDiff": 'query($id: String!) { recordDiff(arxivId: $id, from: "2026-01-01T00:00:00Z", '
                   'to: "2026-12-01T00:00:00Z") { patch changesTruncated changes { kind observedAt '
                   'observation { observationId } } } }',
+    "citationRecord": 'query($id: String!) { citationRecord(arxivId: $id) { canonicalJson } }',
+    "paper.citationRecord": 'query($id: String!) { paper(arxivId: $id) { citationRecord { document } } }',
 }
 
 
@@ -115,6 +117,9 @@ async def test_the_hubs_citations_by_year_is_answered_and_its_timeline_refused_w
     assert "errors" not in body, body["errors"]
     assert sum(y["count"] for y in body["data"]["paper"]["citationsByYear"]) > 250
     assert cost(body)["requested"] >= cost(body)["actual"]
+    for record in ("citationRecord", "paper.citationRecord"):  # its record is answered, priced by its size
+        assert "errors" not in found[record], found[record]["errors"]
+        assert cost(found[record])["requested"] >= cost(found[record])["actual"], cost(found[record])
     refused = found["timeline"]["errors"][0]
     assert refused["extensions"]["code"] == "QUERY_TOO_COSTLY", refused
     assert refused["extensions"]["cost"] > MAX_COST
