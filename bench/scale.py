@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from app.cursors import encode_browse  # noqa: E402
 from app.db.pool import BEGIN  # noqa: E402
-from loaders.browse import browse_papers, browse_sql, browse_works, sort_key, works_sql  # noqa: E402
+from loaders.browse import browse_papers, browse_statement, browse_works, sort_key, works_sql  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "scale"
 SECTION = "## Research at scale (`python bench/scale.py`)"
@@ -169,10 +169,11 @@ async def explained(url: str, field: str, variables: dict, after: list | None) -
     f = variables.get("filter") or {}
     at = datetime.now(UTC)
     if field == "browsePapers":
-        sql = browse_sql(variables["order"], f.get("citesRetracted"), after is not None)
         window = [datetime.fromisoformat(f[k].replace("Z", "+00:00")) if f.get(k) else None
                   for k in ("submittedFrom", "submittedTo")]
-        args = [at, 101, f.get("category"), *window, *(after or ())]
+        sql, sent = browse_statement(variables["order"], f.get("citesRetracted"), after, at, 101, f.get("category"),
+                                     *window)
+        args = list(sent)
     else:
         sql = works_sql(f.get("retracted"), after is not None)
         args = [at, 101, None, None, *(after or ())]

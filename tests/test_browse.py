@@ -270,6 +270,11 @@ def _literal(value: object) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+def _sent(statement: tuple[str, tuple]) -> tuple:
+    sql, args = statement
+    return (sql, *args)
+
+
 async def _explained(conn: asyncpg.Connection, sql: str, *args) -> int:
     """The rows a statement's scans read as the pool plans it: PREPAREd and EXECUTEd under
     force_generic_plan (an EXPLAIN of a statement with bound parameters plans it for their values)."""
@@ -287,13 +292,39 @@ async def _explained(conn: asyncpg.Connection, sql: str, *args) -> int:
     return _scanned(plan)
 
 
+@pytest.mark.parametrize("cites_retracted", [None, True])
+async def test_a_submission_window_in_submission_order_starts_at_the_window(synthetic, cites_retracted):
+    """A page of a submission window in submission order, as the pool plans it, reads from the window's start:
+    the window bounds the index walk (a condition written "no value, or ..." cannot), whatever lies before it."""
+    from app.db.pool import BEGIN
+    from loaders.browse import browse_papers, browse_statement
+
+    _, url, high = synthetic
+    at = high.replace(microsecond=0) + timedelta(seconds=1)
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute(BEGIN.format(ms=60_000))
+        everything = await browse_papers(conn, at, 10_000, "SUBMITTED_AT", None, None, None, cites_retracted, None)
+        dates = [p.submitted_at for p, _ in everything.papers]
+        assert len(dates) >= 20, len(dates)
+        start, end = dates[len(dates) * 3 // 4], dates[-1]  # the last quarter
+        page = await browse_papers(conn, at, 5, "SUBMITTED_AT", None, start, end, cites_retracted, None)
+        assert [p.submitted_at for p, _ in page.papers] == dates[len(dates) * 3 // 4:][:5]
+        sql, args = browse_statement("SUBMITTED_AT", cites_retracted, None, at, 6, None, start, end)
+        assert " IS NULL OR " not in sql, sql
+        read = await _explained(conn, sql, *args)
+        assert read <= 6 * 20 + 50, (read, len(dates))  # not the three quarters before the window
+    finally:
+        await conn.close()
+
+
 @pytest.mark.parametrize("cites_retracted", [None, True, False])
 async def test_every_page_reads_what_one_page_needs_under_generic_plans(synthetic, cites_retracted):
     """EXPLAIN ANALYZE of each page's statement as the pool runs it (force_generic_plan): a page near
     the end reads no more than the first does, in every order and filter; citesRetracted reads the few
     papers citing retracted work once, not a semi-join per paper walked."""
     from app.db.pool import BEGIN
-    from loaders.browse import browse_papers, browse_sql, browse_works, sort_key, works_sql
+    from loaders.browse import browse_papers, browse_statement, browse_works, sort_key, works_sql
 
     _, url, high = synthetic
     at = high.replace(microsecond=0) + timedelta(seconds=1)
@@ -314,9 +345,8 @@ async def test_every_page_reads_what_one_page_needs_under_generic_plans(syntheti
                     after = [paper.submitted_at, paper.arxiv_id]
                 cursors.append(after)
             assert len(cursors) >= 2, (order, cites_retracted)
-            first = await _explained(conn, browse_sql(order, cites_retracted, False), at, 11, None, None, None)
-            late = await _explained(conn, browse_sql(order, cites_retracted, True), at, 11, None, None, None,
-                                    *cursors[-1])
+            first = await _explained(conn, *_sent(browse_statement(order, cites_retracted, None, at, 11)))
+            late = await _explained(conn, *_sent(browse_statement(order, cites_retracted, cursors[-1], at, 11)))
             assert late <= 2 * first + 50, (order, cites_retracted, first, late)
             if cites_retracted is not None:  # the references are probed per retracting work, never per paper
                 assert EXPLAINED["citation_observations"] <= retracting, (order, EXPLAINED)
