@@ -162,3 +162,43 @@ async def test_openalex_is_retracted_true_then_false_ends_the_retraction_from_th
             assert agreeing(await answers(served, url, T2), False)
     finally:
         await drop_database(admin_url, url)
+
+
+@pytest.mark.parametrize("order", ["date", "later first"])
+async def test_a_row_a_later_whole_check_no_longer_lists_ends_there_in_either_order(admin_url, tmp_path, order):
+    """Retraction Watch's September file lists X and Y retracted, October's only Y (X's row withdrawn; rows
+    constructed in the published layout). Imported in either order into an empty store, X's retraction
+    stands in September and ends at the October check, as date order says: the October check was of the
+    whole database, X included, though X was not stored yet when it was imported."""
+    from tests.conftest import create_database
+
+    rows = [{"Title": "X", "Journal": "J", "RetractionDate": "3/1/2020 0:00", "RetractionDOI": "10.9999/x.r",
+             "OriginalPaperDOI": "10.1000/x.1", "RetractionNature": "Retraction"},
+            {"Title": "Y", "Journal": "J", "RetractionDate": "3/1/2021 0:00", "RetractionDOI": "10.9999/y.r",
+             "OriginalPaperDOI": "10.1000/y.1", "RetractionNature": "Retraction"}]
+    september, october = tmp_path / "sep.csv", tmp_path / "oct.csv"
+    september.write_text(rw_csv(rows))
+    october.write_text(rw_csv(rows[1:]))
+    files = [(september, "2026-09-01T00:00:00Z"), (october, "2026-10-01T00:00:00Z")]
+    url = await create_database(admin_url, "pith_test_withdrawn")
+    try:
+        for path, at in (files if order == "date" else files[::-1]):
+            imported(url, "retraction-watch", str(path), at=at)
+        conn = await asyncpg.connect(url)
+        try:
+            stored = [tuple(r) for r in await conn.fetch(
+                "SELECT w.doi, e.observed_at::text, x.ended_at::text FROM work_events AS e "
+                "JOIN (SELECT DISTINCT work_id, doi FROM work_snapshots) AS w USING (work_id) "
+                "LEFT JOIN work_event_ends AS x USING (work_id, source, event_type, observed_at) ORDER BY 1")]
+        finally:
+            await conn.close()
+        assert stored == [("10.1000/x.1", "2026-09-01 00:00:00+00", "2026-10-01 00:00:00+00"),
+                          ("10.1000/y.1", "2026-09-01 00:00:00+00", None)], stored
+        async for served in serve(url, StatementLog()):
+            for at, retracted in (("2026-09-15T00:00:00Z", True), ("2026-10-15T00:00:00Z", False)):
+                body = await served.graphql('query($at: DateTime) { works(filter: {retracted: true}, asOf: $at, '
+                                            'first: 10) { nodes { doi } } }', {"at": at})
+                assert "errors" not in body, body
+                assert ("10.1000/x.1" in [n["doi"] for n in body["data"]["works"]["nodes"]]) is retracted, (at, body)
+    finally:
+        await drop_database(admin_url, url)

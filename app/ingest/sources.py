@@ -850,15 +850,21 @@ _RUN_STATEMENTS = (
                                   AND x.observed_at = e.observed_at AND x.ended_at <= $2::timestamptz))""",
     # The works with a later check of the source already stored (a snapshot imported after a later one):
     # their runs are recomputed from every check, below.
+    # (Or staged: a work new to the store, described by this import, was also checked by each later
+    # whole-database check of the source, which did not report it: the receipts staged for those checks.)
     """INSERT INTO run_works SELECT DISTINCT r.work_id FROM stage_standing_receipts AS r
     WHERE r.source = $1
-      AND EXISTS (SELECT 1 FROM standing_receipts AS l WHERE l.work_id = r.work_id AND l.source = $1
-                  AND l.observed_at > $2::timestamptz)
+      AND (EXISTS (SELECT 1 FROM standing_receipts AS l WHERE l.work_id = r.work_id AND l.source = $1
+                   AND l.observed_at > $2::timestamptz)
+           OR EXISTS (SELECT 1 FROM stage_standing_receipts AS l WHERE l.work_id = r.work_id AND l.source = $1
+                      AND l.observed_at > $2::timestamptz))
       AND (EXISTS (SELECT 1 FROM stage_work_events AS s WHERE s.work_id = r.work_id AND s.source = $1)
            OR EXISTS (SELECT 1 FROM work_events AS e WHERE e.work_id = r.work_id AND e.source = $1))""",
     # Every check of those works by the source, numbered in time order.
     """INSERT INTO run_checks SELECT work_id, at, row_number() OVER (PARTITION BY work_id ORDER BY at) AS n FROM (
         SELECT r.work_id, r.observed_at AS at FROM standing_receipts AS r JOIN run_works USING (work_id)
+        WHERE r.source = $1
+        UNION SELECT r.work_id, r.observed_at FROM stage_standing_receipts AS r JOIN run_works USING (work_id)
         WHERE r.source = $1
         UNION SELECT work_id, $2::timestamptz FROM run_works) AS c""",
     # What each check reported: the events stored as standing then, and at this import's instant what it stages.
