@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import IO, Any, Final, NamedTuple
 from xml.sax.saxutils import escape as _escape, quoteattr as _quoteattr
 
-from loaders.rows import retracted_by
+from loaders.rows import retracted_by, shown_reference_index
 
 FORMATS: Final = ("csv", "graphml", "ndjson", "parquet")
 MEDIA_TYPES: Final = {"csv": "application/zip", "graphml": "application/graphml+xml",
@@ -42,7 +42,7 @@ class Edge(NamedTuple):
     source: str  # the citing paper's node id
     target: str
     observation_id: str
-    reference_index: int
+    reference_index: int | None  # None: the source gives no place in the reference list (OpenCitations)
     citation_source: str  # how the reference was extracted
     resolution_status: str
     standing_state: str  # measured, or unavailable (no linked work, or no source has checked it)
@@ -314,7 +314,8 @@ def paper_edge(obs: Any, standing: dict[Any, Any]) -> Edge:
     state, _, known = notice_state(obs, standing)
     latest = known.events[-1] if state == "measured" and known is not None and known.events else None
     return Edge(source=paper_node_id(obs.citing.arxiv_id), target=paper_node_id(obs.cited.arxiv_id),
-                observation_id=str(obs.observation_id), reference_index=obs.reference_index,
+                observation_id=str(obs.observation_id),
+                reference_index=shown_reference_index(obs.source, obs.reference_index),
                 citation_source=obs.source, resolution_status=obs.resolution.status, standing_state=state,
                 cited_work_retracted=cited_work_retracted(state, known),
                 cited_work_event_type=latest.event_type if latest else None,

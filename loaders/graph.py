@@ -15,7 +15,8 @@ from typing import Any, AsyncIterator, Final, Sequence
 import asyncpg
 
 from app.export import Edge, Node, paper_node_id, reference_node_id, work_node_id, z_text
-from loaders.rows import RETRACTING, STANDING_DECIDING, deciding_order_sql, event_order_sql, sql_list, stands_sql
+from loaders.rows import (RETRACTING, STANDING_DECIDING, deciding_order_sql, event_order_sql, shown_reference_index,
+                          sql_list, stands_sql)
 
 PREFETCH: Final = 5000
 
@@ -183,7 +184,8 @@ class Graph:
             target = (paper_node_id(r["cited_arxiv_id"]) if kind == "paper" else work_node_id(r["work_id"])
                       if kind == "work" else reference_node_id(r["observation_id"]))
             yield Edge(source=paper_node_id(r["citing_arxiv_id"]), target=target, observation_id=str(r["observation_id"]),
-                       reference_index=r["reference_index"], citation_source=r["source"],
+                       reference_index=shown_reference_index(r["source"], r["reference_index"]),
+                       citation_source=r["source"],
                        resolution_status=r["status"], standing_state="measured" if r["measured"] else "unavailable",
                        cited_work_retracted=r["retracted"], cited_work_event_type=r["event_type"],
                        cited_work_event_source=r["event_source"],

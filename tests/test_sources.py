@@ -437,6 +437,14 @@ async def test_opencitations_counts_per_cited_doi_and_citations_of_known_arxiv_p
                                 % AT))["data"]["paper"]["outbound"]["nodes"]
     assert sorted(n["citedWork"]["doi"] for n in out) == sorted(r["cited"] for r in rows if r["citing"] == citing)
     assert {n["source"] for n in out} == {"opencitations"}
+    # A row gives no place in the reference list: the graph export says so (null), as the API does.
+    exported = subprocess.run([sys.executable, "-m", "app.cli", "graph-export", "--format", "ndjson", "--as-of", AT],
+                              env={**os.environ, "DATABASE_URL": url}, capture_output=True, timeout=300)
+    assert exported.returncode == 0, exported.stderr.decode()[-2000:]
+    lines = [json.loads(line) for line in exported.stdout.splitlines() if line.strip()]
+    oc = [e for e in lines if e.get("citation_source") == "opencitations"]
+    assert oc and all(e["reference_index"] is None for e in oc), oc[:3]
+    assert any(e.get("reference_index") is not None for e in lines if e.get("citation_source") not in (None, "opencitations"))
 
 
 async def test_an_opencitations_excerpt_gives_its_citations_but_no_count(admin_url, tmp_path):
