@@ -62,7 +62,7 @@ BODY_TIMEOUT_SECONDS: Final = 10.0  # its body, from the end of its headers (100
 WORKER_HEALTHCHECK_SECONDS: Final = 30  # a worker silent this long is replaced (longer than any deadline)
 HEAVY_COST: Final = 5_000  # operations priced above this are heavy: they take a heavy slot
 HEAVY_PER_CLIENT: Final = 1  # heavy operations one client may run at once (the rest wait their turn)
-HEAVY_SLOTS: Final = 2  # heavy operations running at once per process: the rest of the pool stays for lookups
+HEAVY_SLOTS: Final = 2  # heavy operations at once per process, at most by default (app.settings.heavy_slots_for)
 # Python work one operation does between turns of the event loop (completing a long list, converting
 # thousands of rows): every other request of the process waits at most about this long per turn.
 STRETCH_SECONDS: Final = 0.005
