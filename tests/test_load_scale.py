@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -65,6 +66,48 @@ async def test_staged_conflict_checks_do_work_in_proportion_to_the_rows_staged(d
                 (plan,) = json.loads(await conn.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {check}"))
                 removed = _removed_by_join_filters(plan["Plan"])
                 assert removed <= staged, (t.name, staged, removed, check)
+        await tx.rollback()
+    finally:
+        await conn.close()
+
+
+async def test_the_papers_a_load_changes_are_found_in_proportion_to_what_it_read(dumped, empty_database):
+    """The change log's affected papers (store._AFFECTED_PAPERS), EXPLAINed after a whole load with the least
+    work_mem: every scan reads each row a bounded number of times. As one scan with "... OR observation_id IN
+    (new resolutions)", the second test was a subplan run once per observation over every new resolution when
+    they passed work_mem (over 8 minutes for a 20,000-paper dump)."""
+    _, path = dumped
+    conn = await asyncpg.connect(empty_database)
+    try:
+        tx = conn.transaction()
+        await tx.start()
+        loader = Loader(conn, str(path), merge_each_batch=True)
+        await loader.start()
+        for number, line in enumerate((line for line in path.read_text().splitlines() if line.strip()), start=1):
+            loader.add(parse_document(json.loads(line)).facts, f"line {number}")
+        assert await loader.finish() > 0
+        observations = await conn.fetchval("SELECT count(*) FROM citation_observations")
+        resolutions = await conn.fetchval("SELECT count(*) FROM new_resolutions")
+        assert observations > 1000 and resolutions > 1000, (observations, resolutions)
+        # The case the second test is for: observations re-resolved whose works have no new fact.
+        await conn.execute("TRUNCATE new_work_snapshots, new_standing_receipts, new_work_events")
+        await conn.execute("SET LOCAL work_mem = '64kB'")
+        (plan,) = json.loads(await conn.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {store._AFFECTED_PAPERS}"))
+
+        def read(node: dict) -> int:
+            own = ((node.get("Actual Rows", 0) + node.get("Rows Removed by Filter", 0)) * node.get("Actual Loops", 1)
+                   if "Scan" in node["Node Type"] or node["Node Type"] == "Materialize" else 0)
+            return own + sum(read(child) for child in node.get("Plans", ()))
+
+        assert read(plan["Plan"]) <= 20 * (observations + resolutions), (read(plan["Plan"]), observations, resolutions)
+        # As a dump of 20,000 papers has it: more new resolutions than a hash of them fits in work_mem. No test
+        # of a row may then be a subplan run again for each row (Filter: "... OR (SubPlan 3)").
+        await conn.execute("INSERT INTO new_resolutions (observation_id, observed_at, status, resolver_source) "
+                           "SELECT gen_random_uuid(), now(), 'unresolved', 'test' FROM generate_series(1, 50000)")
+        await conn.execute("ANALYZE new_resolutions")
+        (plan,) = json.loads(await conn.fetchval(f"EXPLAIN (FORMAT JSON) {store._AFFECTED_PAPERS}"))
+        filters = re.findall(r'"(?:Filter|Join Filter)": "([^"]*)"', json.dumps(plan))
+        assert not [f for f in filters if re.search(r"(?<!hashed )SubPlan \d", f)], filters
         await tx.rollback()
     finally:
         await conn.close()

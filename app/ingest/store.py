@@ -322,16 +322,21 @@ RETENTION_DAYS = int(os.environ.get("PITH_CHANGE_LOG_RETENTION_DAYS", "30"))
 # facts and those it is cited as, and papers with new measurements. Subscribers compare records before
 # telling. A work's new facts (metadata, a standing check, an event) show on every observation linked to it: in
 # the record of the paper citing it, and in that of the paper it is (the cited paper's inbound notices).
-# The observations of works with new facts or with new resolutions are read in one scan, and each branch over
-# them gives each paper once: a refresh checks every work again, and the union of one row per observation
-# (540,000 at 10,000 papers) was sorted whole, its size unknown to the planner; each branch scanned every
-# observation again (four scans for an OpenAlex refresh).
+# The observations of works with new facts, and those with new resolutions, are read once each (a semi-join
+# and a join by key), and each branch over them gives each paper once: a refresh checks every work again, and
+# the union of one row per observation (540,000 at 10,000 papers) was sorted whole, its size unknown to the
+# planner; each branch scanned every observation again (four scans for an OpenAlex refresh). Both in one
+# scan ("work_id IN ... OR observation_id IN ...") made the second a subplan, not hashed once the new
+# resolutions passed work_mem: every observation against every new resolution, over 8 minutes for a dump of
+# 20,000 papers.
 _AFFECTED_PAPERS = """
 WITH works AS MATERIALIZED (SELECT work_id FROM new_work_snapshots UNION ALL SELECT work_id FROM new_standing_receipts
                             UNION ALL SELECT work_id FROM new_work_events),
 touched AS MATERIALIZED (SELECT o.citing_arxiv_id, o.cited_arxiv_id FROM citation_observations AS o
                          WHERE o.work_id IN (SELECT work_id FROM works)
-                            OR o.observation_id IN (SELECT observation_id FROM new_resolutions))
+                         UNION ALL
+                         SELECT o.citing_arxiv_id, o.cited_arxiv_id FROM new_resolutions AS r
+                         JOIN citation_observations AS o ON o.observation_id = r.observation_id)
 SELECT arxiv_id FROM new_paper_snapshots
 UNION SELECT cited_arxiv_id FROM new_citation_observations WHERE cited_arxiv_id IS NOT NULL
 UNION SELECT citing_arxiv_id FROM new_citation_observations
