@@ -295,3 +295,41 @@ async def test_sixteen_clients_mixing_reads_and_subscriptions_for_a_minute_get_n
     assert not failures, f"{len(failures)} of {answered} requests and {replays} replays failed: {failures[:3]}"
     assert got == [expected, expected, 1, 1] and not errors, (got, errors)
     assert answered > 3 * seconds and replays >= 2, (answered, replays)
+
+
+async def test_a_pgbouncer_restart_ends_no_subscription(busy_pgbouncer):
+    """Subscriptions listen on their own connection (PITH_LISTEN_DATABASE_URL, straight to PostgreSQL) and
+    read their events through the pool: PgBouncer stopped and started again under them ends none, and each
+    then receives the events of the next load (the first load's six new citers, the record's change)."""
+    server, url, bouncer = busy_pgbouncer
+    ws_url = server.base.replace("http://", "ws://") + "/graphql"
+    async with websockets.connect(ws_url, subprotocols=["graphql-transport-ws"]) as ws:
+        await ws.send(json.dumps({"type": "connection_init"}))
+        assert json.loads(await ws.recv())["type"] == "connection_ack"
+        await ws.send(json.dumps({"id": "citers", "type": "subscribe", "payload": {
+            "query": f'subscription {{ citationAdded(arxivId: "{PAPER}") {{ observation {{ citingPaper {{ arxivId }} }} }} }}'}}))
+        await ws.send(json.dumps({"id": "record", "type": "subscribe", "payload": {
+            "query": f'subscription {{ recordChanged(arxivId: "{PAPER}") {{ cursor contextDigest }} }}'}}))
+        await asyncio.sleep(0.5)
+        await asyncio.to_thread(bouncer.restart)
+        # Requests through the pool work again (the pool's connections were cut with PgBouncer's).
+        async with httpx.AsyncClient(base_url=server.base, timeout=30) as client:
+            for _ in range(100):
+                r = await client.post("/graphql", json={"query": f'{{ paper(arxivId: "{PAPER}") {{ title }} }}'})
+                if r.status_code == 200 and "errors" not in r.json():
+                    break
+                await asyncio.sleep(0.2)
+            assert r.status_code == 200 and "errors" not in r.json(), r.text
+        done = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "app.cli", "load", str(AUG9)],
+                                       env={**os.environ, "DATABASE_URL": url}, capture_output=True, timeout=120)
+        assert done.returncode == 0, done.stderr.decode()[-2000:]
+        citers, records = set(), 0
+        while len(citers) < 6 or records < 1:
+            message = json.loads(await asyncio.wait_for(ws.recv(), 30))
+            assert message["type"] == "next", message  # no error, no complete: the subscriptions go on
+            assert not message["payload"].get("errors"), message
+            if message["id"] == "citers":
+                citers.add(message["payload"]["data"]["citationAdded"]["observation"]["citingPaper"]["arxivId"])
+            else:
+                records += 1
+    assert len(citers) == 6
