@@ -207,16 +207,23 @@ async def test_a_paused_replicas_subscribers_get_the_primarys_events_and_a_stopp
         server = LiveServer(primary_db, env={"DATABASE_REPLICA_URLS": replica_db})
         await admin.execute("SELECT pg_wal_replay_pause()")
         subscribers = [await Subscription(server.base, CITATIONS, {"id": PAPER}).start() for _ in range(10)]
+        changed = [await Subscription(server.base, "subscription($id: String!) { recordChanged(arxivId: $id) { "
+                                      "cursor arxivId contextDigest } }", {"id": PAPER}).start() for _ in range(5)]
+        subscribers += changed
         conn = await asyncpg.connect(primary_db)
         try:
             await load_file(conn, str(AUG9))
         finally:
             await conn.close()
         expected = len(new_inbound_ids())
-        for sub in subscribers:
+        for sub in subscribers[:10]:
             await sub.wait_for(expected, timeout=60)
+        for sub in changed:
+            await sub.wait_for(1, timeout=60)
         got = [len(s.events) for s in subscribers]
-        assert got == [expected] * 10 and not any(s.errors for s in subscribers), (got, subscribers[0].errors)
+        assert got == [expected] * 10 + [1] * 5 and not any(s.errors for s in subscribers), (got, subscribers[0].errors)
+        digests = {s.events[0][1]["recordChanged"]["contextDigest"] for s in changed}
+        assert len(digests) == 1, digests  # the record as the primary has it, for every subscriber
         # The replica has not replayed the load: it is behind, and says so.
         lagging = None
         for _ in range(100):
@@ -237,7 +244,7 @@ async def test_a_paused_replicas_subscribers_get_the_primarys_events_and_a_stopp
         await wait_for(replica_db, "SELECT version FROM data_version", version, seconds=120)
         await asyncio.sleep(1.0)
         got = [len(s.events) for s in subscribers]
-        assert got == [expected] * 10 and not any(s.errors for s in subscribers), (got, subscribers[0].errors)
+        assert got == [expected] * 10 + [1] * 5 and not any(s.errors for s in subscribers), (got, subscribers[0].errors)
         assert not any(s.closed.is_set() for s in subscribers)
 
         # The only replica stops: reads go to the primary, readiness names the part that is degraded.
