@@ -628,9 +628,29 @@ def _validated(schema: Any, document: Any, rules: tuple, hide_suggestions: bool 
     from strawberry.schema.validation_rules.maybe_null import MaybeNullValidationRule
     from strawberry.schema.validation_rules.one_of import OneOfInputValidationRule
 
+    added = (MaybeNullValidationRule, OneOfInputValidationRule)
+    if _undefined_fragments(document):
+        # Strawberry's depth limiter follows every spread to its definition (a KeyError for one that has none):
+        # graphql-core's own rules say what is wrong (Unknown fragment), the others are left out.
+        rules, added = tuple(r for r in rules if r.__module__.startswith("graphql.")), ()
     # Strawberry's validate_document, with graphql-core's hide_suggestions.
-    return validate(schema, document, (*rules, MaybeNullValidationRule, OneOfInputValidationRule),
-                    hide_suggestions=hide_suggestions)
+    return validate(schema, document, (*rules, *added), hide_suggestions=hide_suggestions)
+
+
+def _undefined_fragments(document: Any) -> bool:
+    """Whether the document spreads a fragment it does not define."""
+    from graphql import FragmentDefinitionNode, FragmentSpreadNode
+    from graphql.language import Visitor, visit
+
+    defined = {d.name.value for d in document.definitions if isinstance(d, FragmentDefinitionNode)}
+    spread: set[str] = set()
+
+    class Spreads(Visitor):
+        def enter_fragment_spread(self, node: FragmentSpreadNode, *_: Any) -> None:
+            spread.add(node.name.value)
+
+    visit(document, Spreads())
+    return not spread <= defined
 
 
 @by_identity

@@ -27,6 +27,10 @@ HOSTILE = {
     "directive overloading": ({"query": "{ " + PAPER + " { title " + " ".join(["@include(if: true)"] * 50) + " } }"},
                               "can only be used once"),
     "huge first": ({"query": "{ " + PAPER + " { inbound(first: 1000000000) { totalCount } } }"}, "1 to 100"),
+    "undefined fragment": ({"query": "{ ...g }"}, "Unknown fragment 'g'"),
+    "undefined fragment below a field": ({"query": "{ " + PAPER + " { title ...g } }"}, "Unknown fragment 'g'"),
+    "undefined fragment in a fragment": ({"query": "query { " + PAPER + " { ...A } } fragment A on Paper { title ...B }"},
+                                         "Unknown fragment 'B'"),
     "circular fragments": ({"query": "query { " + PAPER + " { ...A } } fragment A on Paper { ...B } "
                                      "fragment B on Paper { ...A }"}, "Cannot spread fragment"),
     "node budget": ({"query": "query($ids: [String!]!) { papers(arxivIds: $ids) { inbound(first: 100) { edges { node {"
