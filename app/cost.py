@@ -628,7 +628,7 @@ def _validated(schema: Any, document: Any, rules: tuple, hide_suggestions: bool 
     from strawberry.schema.validation_rules.maybe_null import MaybeNullValidationRule
     from strawberry.schema.validation_rules.one_of import OneOfInputValidationRule
 
-    added = (MaybeNullValidationRule, OneOfInputValidationRule)
+    added: tuple = (MaybeNullValidationRule, OneOfInputValidationRule)
     if _undefined_fragments(document):
         # Strawberry's depth limiter follows every spread to its definition (a KeyError for one that has none):
         # graphql-core's own rules say what is wrong (Unknown fragment), the others are left out.
@@ -639,14 +639,14 @@ def _validated(schema: Any, document: Any, rules: tuple, hide_suggestions: bool 
 
 def _undefined_fragments(document: Any) -> bool:
     """Whether the document spreads a fragment it does not define."""
-    from graphql import FragmentDefinitionNode, FragmentSpreadNode
+    from graphql import FragmentDefinitionNode
     from graphql.language import Visitor, visit
 
     defined = {d.name.value for d in document.definitions if isinstance(d, FragmentDefinitionNode)}
     spread: set[str] = set()
 
     class Spreads(Visitor):
-        def enter_fragment_spread(self, node: FragmentSpreadNode, *_: Any) -> None:
+        def enter_fragment_spread(self, node: Any, *_: Any) -> None:
             spread.add(node.name.value)
 
     visit(document, Spreads())
