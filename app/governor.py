@@ -49,7 +49,27 @@ WINDOW_SECONDS = 3600
 
 
 class Unauthenticated(Exception):
-    """An Authorization header or payload naming no valid key (401, UNAUTHENTICATED)."""
+    """An Authorization header or payload naming no valid key (401, UNAUTHENTICATED). Each costs the address
+    it came from a point of its anonymous hour; once that is spent, the refusal is 429 (RATE_LIMITED), so a
+    flood of made-up keys is limited like any other work."""
+
+    def __init__(self, message: str, limited: RateLimited | None = None) -> None:
+        super().__init__(message if limited is None else f"{message}; and {limited}")
+        self.limited = limited
+
+    @property
+    def status(self) -> int:
+        return 401 if self.limited is None else 429
+
+    @property
+    def code(self) -> str:
+        return "UNAUTHENTICATED" if self.limited is None else "RATE_LIMITED"
+
+    @property
+    def headers(self) -> dict[str, str]:
+        if self.limited is None:
+            return {"WWW-Authenticate": "Bearer"}
+        return {"WWW-Authenticate": "Bearer", "Retry-After": str(self.limited.status.retry_after)}
 
 
 class RateLimited(Exception):
@@ -438,12 +458,19 @@ class Governor:
 
     async def client_of(self, address: str, authorization: str | None) -> Client:
         """The client an address and an Authorization value are (the address already resolved)."""
-        secret = bearer(authorization)
-        if secret is None:
-            return self.anonymous(address)
-        key = await self._key(hash_secret(secret))
-        if key is None:
-            raise Unauthenticated("the API key is unknown or revoked; create one with `pith-graph keys create`")
+        try:
+            secret = bearer(authorization)
+            if secret is None:
+                return self.anonymous(address)
+            key = await self._key(hash_secret(secret))
+            if key is None:
+                raise Unauthenticated("the API key is unknown or revoked; create one with `pith-graph keys create`")
+        except Unauthenticated as exc:
+            try:  # the refusal is charged to the address, a point
+                await self.budgets.charge(self.anonymous(address), 1)
+            except RateLimited as over:
+                raise Unauthenticated(str(exc), over) from None
+            raise
         return Client(id=f"key:{key['key_id']}", address=address, key_name=key["name"],
                       points_per_hour=key["points_per_hour"])
 

@@ -171,3 +171,38 @@ async def test_through_the_documented_nginx_a_client_cannot_name_its_own_address
         proxy.wait(10)
         server.stop()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def small_budget(database_url):
+    server = LiveServer(database_url, env={"PITH_ENV": "production", "PITH_TRUSTED_PROXIES": "127.0.0.1",
+                                           "PITH_ANONYMOUS_POINTS_PER_HOUR": "12"})
+    yield server
+    server.stop()
+
+
+@ASYNC
+async def test_made_up_keys_cost_their_address_and_end_in_429(small_budget):
+    """Each unknown key is a point of its address's anonymous hour: a flood of made-up keys gets 401s until
+    that hour is spent, then 429 with Retry-After (on GraphQL and on the pages alike), and the address's
+    own anonymous requests are then refused too; another address is not affected."""
+    import secrets
+
+    address, other = "198.51.100.77", "198.51.100.78"
+    statuses = []
+    async with httpx.AsyncClient(base_url=small_budget.base, timeout=30) as client:
+        for n in range(20):
+            path = "/graphql" if n % 2 else "/paper/2402.15627/citation-record.json"
+            headers = {"x-forwarded-for": address, "authorization": f"Bearer pith_{secrets.token_hex(16)}"}
+            r = (await client.post(path, json={"query": "{ __typename }"}, headers=headers) if n % 2
+                 else await client.get(path, headers=headers))
+            statuses.append(r.status_code)
+            if r.status_code == 429:
+                assert int(r.headers["retry-after"]) >= 1, r.headers
+                assert "unknown or revoked" in r.text, r.text
+        assert statuses[0] == 401 and statuses[-1] == 429, statuses
+        assert statuses.index(429) <= 13 and set(statuses[statuses.index(429):]) == {429}, statuses
+        mine = await client.post("/graphql", json={"query": "{ __typename }"}, headers={"x-forwarded-for": address})
+        assert mine.status_code == 429, mine.text
+        theirs = await client.post("/graphql", json={"query": "{ __typename }"}, headers={"x-forwarded-for": other})
+        assert theirs.status_code == 200, theirs.text

@@ -112,7 +112,7 @@ class GraphQLView(StrawberryGraphQL[Context, None]):
         try:
             client = await self.state.identify(request.scope)
         except Unauthenticated as exc:
-            return http.transport_error(401, str(exc), "UNAUTHENTICATED", headers={"WWW-Authenticate": "Bearer"})
+            return http.transport_error(exc.status, str(exc), exc.code, headers=exc.headers)
         request.scope["pith.client"] = client
         refused = over_budget(self.state.governor, client)  # nothing left of its hour: 429 before the body is read
         if refused is not None:
@@ -308,7 +308,7 @@ class GraphQLView(StrawberryGraphQL[Context, None]):
         try:
             client = await self.state.identify(scope)
         except Unauthenticated as exc:
-            await _refuse_websocket(WebSocket(scope, receive, send), 4401, str(exc))
+            await _refuse_websocket(WebSocket(scope, receive, send), 4400 + exc.status % 100, str(exc))
             return
         held = self.connections.get(client.id, 0)
         limit = self.state.settings.websockets_per_client

@@ -78,6 +78,12 @@ def error_for(request: Request, status: int, message: str, **extra: Any) -> Resp
     return error_response(status, message, **extra)
 
 
+def _unauthenticated(request: Request, exc: Unauthenticated) -> Response:
+    response = error_for(request, exc.status, str(exc))
+    response.headers.update(exc.headers)
+    return response
+
+
 def _arguments(request: Request) -> tuple[str, "datetime", bool]:
     try:
         arxiv_id = parse_arxiv_id(request.path_params["arxiv_id"])
@@ -114,7 +120,7 @@ def routes(app: Any) -> list:  # app.state.App
             try:
                 client = await app.identify(request.scope)
             except Unauthenticated as exc:
-                return error_for(request, 401, str(exc))
+                return _unauthenticated(request, exc)
             price = Price(0, units)
             try:
                 ticket = await governor.admit(client, price.points, price.units)
@@ -364,7 +370,7 @@ retracted, with the source and time of every fact. Every record is a canonical, 
         try:
             client = await app.identify(request.scope)
         except Unauthenticated as exc:
-            return error_for(request, 401, str(exc))
+            return _unauthenticated(request, exc)
         try:
             arxiv_id, as_of, pinned = _arguments(request)
         except BadRequest as exc:
