@@ -201,33 +201,29 @@ class Loader:
                         raise ImportRejected(self.file, exc.message, path=origin) from None
 
     async def flush(self) -> None:
+        await self._copy_pending("stage_")
+
+    async def _copy_pending(self, into: str) -> list[Table]:
+        """COPY the pending facts, each with its origin, into the stage (or the batch) tables; the tables copied."""
+        copied = []
         for t in TABLES:
             rows = getattr(self.pending, t.fact)
             if not rows:
                 continue
             origins = self.origins[t.fact]
             records = [key + value + (origins[key],) for key, value in rows.items()]
-            await self.conn.copy_records_to_table(f"stage_{t.name}", records=records,
+            await self.conn.copy_records_to_table(f"{into}{t.name}", records=records,
                                                   columns=list(t.key + t.values) + ["origin"])
+            copied.append(t)
         self.pending = Facts()
         self.origins.clear()
+        return copied
 
     async def merge_batch(self) -> None:
         """COPY the pending facts into the batch tables and start merging them into the stage and the fact
         tables; the merge runs in the database while the caller reads on, and is awaited before the next."""
         await self.settle()
-        merged = []
-        for t in TABLES:
-            rows = getattr(self.pending, t.fact)
-            if not rows:
-                continue
-            origins = self.origins[t.fact]
-            records = [key + value + (origins[key],) for key, value in rows.items()]
-            await self.conn.copy_records_to_table(f"batch_{t.name}", records=records,
-                                                  columns=list(t.key + t.values) + ["origin"])
-            merged.append(t)
-        self.pending = Facts()
-        self.origins.clear()
+        merged = await self._copy_pending("batch_")
         if not merged:
             return
         sql = "; ".join(statement for t in merged for statement in (
@@ -275,20 +271,29 @@ class Loader:
             # (every fact at a new instant) and a first import are this case; an import again is not.
             if self.staged_unique and inserted == await self.conn.fetchval(f"SELECT count(*) FROM stage_{t.name}"):
                 continue
-            checks = [_conflict_sql(t)] if self.staged_unique else [_staged_conflict_sql(t), _conflict_sql(t)]
-            for check in checks:
-                conflict = await self.conn.fetchrow(check)
-                if conflict is not None:
-                    raise ImportRejected(self.file, _describe_conflict(t, conflict))
-        if added:
-            if not self.all_new:
-                await self.conn.execute("; ".join(f"ANALYZE new_{t.name}" for t in TABLES))
-            # Validators of cached GraphQL answers change with the data, and live subscribers are told
-            # (both taken last: the row and the lock are held only until this transaction commits).
-            await self.conn.execute("UPDATE data_version SET version = version + 1")
-            await append_changes(self.conn, "stage_" if self.all_new else "new_")
+            await self._refuse_conflicts(t, only_stored=self.staged_unique)
+        await self._announce(added)
         return added
 
+    async def _refuse_conflicts(self, t: Table, only_stored: bool = False) -> None:
+        """ImportRejected naming the first staged fact that says something else than another of its key (staged
+        or stored); only_stored: the stage holds one row per key, so only stored facts are compared."""
+        checks = [_conflict_sql(t)] if only_stored else [_staged_conflict_sql(t), _conflict_sql(t)]
+        for check in checks:
+            conflict = await self.conn.fetchrow(check)
+            if conflict is not None:
+                raise ImportRejected(self.file, _describe_conflict(t, conflict))
+
+    async def _announce(self, added: int) -> None:
+        """After facts were added: the data version, and the change log from what was added."""
+        if not added:
+            return
+        if not self.all_new:
+            await self.conn.execute("; ".join(f"ANALYZE new_{t.name}" for t in TABLES))
+        # Validators of cached GraphQL answers change with the data, and live subscribers are told
+        # (both taken last: the row and the lock are held only until this transaction commits).
+        await self.conn.execute("UPDATE data_version SET version = version + 1")
+        await append_changes(self.conn, "stage_" if self.all_new else "new_")
 
     async def _finish_merged(self) -> int:
         """finish() when each batch was merged as it came: check the whole stage for conflicts, then log."""
@@ -301,16 +306,9 @@ class Loader:
             else f"(SELECT count(*) FROM new_{t.name})" for t in TABLES))
         if self.check_conflicts:
             for t in TABLES:
-                if not t.values:
-                    continue
-                for check in (_staged_conflict_sql(t), _conflict_sql(t)):
-                    conflict = await self.conn.fetchrow(check)
-                    if conflict is not None:
-                        raise ImportRejected(self.file, _describe_conflict(t, conflict))
-        if added:
-            await self.conn.execute("; ".join(f"ANALYZE new_{t.name}" for t in TABLES))
-            await self.conn.execute("UPDATE data_version SET version = version + 1")
-            await append_changes(self.conn, "new_")
+                if t.values:
+                    await self._refuse_conflicts(t)
+        await self._announce(added)
         return added
 
 
