@@ -15,6 +15,7 @@ counted).
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -112,15 +113,21 @@ def browse_statement(order: str, cites_retracted: bool | None, after: Sequence[A
     window: 421,169 rows for a page at 1,000,000 papers) and looks selective when it is not (citesRetracted:
     true in arXiv id order was planned as a sort of every span covering the instant, 101,338 rows, instead of
     a walk that stops after the page)."""
-    values = (category, submitted_from, submitted_to)
     given = (category is not None, submitted_from is not None, submitted_to is not None)
-    sql = (counted_sql(cites_retracted, after is not None, given) if counted
-           else browse_sql(order, cites_retracted, after is not None, given))
-    numbered = (as_of, rows, *values, *(after or ()))
-    used = sorted({int(n) for n in re.findall(r"\$(\d+)", sql)})
+    sql, used = _numbered(order, cites_retracted, after is not None, given, counted)
+    numbered = (as_of, rows, category, submitted_from, submitted_to, *(after or ()))
+    return sql, tuple(numbered[old - 1] for old in used)
+
+
+@functools.cache  # a few dozen shapes (order, filter, cursor, filters given), each built once
+def _numbered(order: str, cites_retracted: bool | None, after: bool, given: tuple[bool, bool, bool],
+              counted: bool) -> tuple[str, tuple[int, ...]]:
+    """The statement of one shape with its parameters numbered in order, and the positions ($n of browse_sql's
+    numbering) each one takes its value from."""
+    sql = counted_sql(cites_retracted, after, given) if counted else browse_sql(order, cites_retracted, after, given)
+    used = tuple(sorted({int(n) for n in re.findall(r"\$(\d+)", sql)}))
     renumber = {old: new for new, old in enumerate(used, start=1)}
-    return (re.sub(r"\$(\d+)", lambda m: f"${renumber[int(m.group(1))]}", sql),
-            tuple(numbered[old - 1] for old in used))
+    return re.sub(r"\$(\d+)", lambda m: f"${renumber[int(m.group(1))]}", sql), used
 
 
 def browse_sql(order: str, cites_retracted: bool | None, after: bool,
