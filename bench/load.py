@@ -32,15 +32,9 @@ import asyncpg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.calibrate import _admin  # noqa: E402
+
 RESULTS = ROOT / "bench" / "results" / "load"
-
-
-async def _admin(url: str, sql: str) -> None:
-    conn = await asyncpg.connect(url)
-    try:
-        await conn.execute(sql)
-    finally:
-        await conn.close()
 
 
 def _database(admin_url: str, prefix: str) -> tuple[str, str]:
