@@ -38,7 +38,7 @@ from asyncpg.pgproto.pgproto import UUID as PgUUID
 
 from app.ingest.doi import arxiv_id_of_doi, normalize_doi
 from app.ingest.document import Facts
-from app.ingest.store import CHANGE_LOG_LOCK, TABLES, ImportRejected, Loader
+from app.ingest.store import TABLES, ImportRejected, Loader, append_ends
 
 SOURCES = ("crossref", "retraction-watch", "openalex", "arxiv", "opencitations")
 SOURCE_NAMES = {"crossref": "crossref", "retraction-watch": "retraction_watch", "openalex": "openalex",
@@ -804,7 +804,7 @@ class Importer:
 # run that does not. An import adds one check per work it reports on; the runs of those works are
 # recomputed from every check of the source, set-based, so a snapshot imported after a later one gives the
 # facts the two give in date order. Imported in date order, nothing stored changes: runs only grow, end,
-# or begin at the new check. (A v1 document's events keep their rows: its later receipts report them.)
+# or begin at the new check. (A v1 document's notices are checks too: app/ingest/checks.py.)
 
 _RUN_STATEMENTS = (
     # The works whose runs may change: checked by this import, with events of the source stored or staged.
@@ -935,37 +935,6 @@ async def write_event_ends(conn: asyncpg.Connection, source: str) -> int:
     if ended:
         await append_ends(conn)
     return ended
-
-
-async def append_ends(conn: asyncpg.Connection) -> None:
-    """standingChanged rows for the ends this import added (one per end and citing paper, on that paper's first
-    reference to the work), and recordChanged rows for those papers; then the newest position is announced."""
-    await conn.execute("SELECT pg_advisory_xact_lock($1)", CHANGE_LOG_LOCK)  # (held already when facts were added)
-    await conn.execute("""
-INSERT INTO change_log (kind, arxiv_id, observation_id, work_id, event_source, event_type, event_observed_at,
-                        event_reported_at, event_notice_doi, event_ended_at, committed_at)
-SELECT 'standing_changed', x.citing_arxiv_id, x.observation_id, x.work_id, x.source, x.event_type, x.observed_at,
-       x.reported_at, x.notice_doi, x.ended_at, clock_timestamp()
-FROM (SELECT DISTINCT ON (n.work_id, n.source, n.event_type, n.observed_at, c.citing_arxiv_id)
-             c.citing_arxiv_id, c.observation_id, n.work_id, n.source, n.event_type, n.observed_at, e.reported_at,
-             e.notice_doi, n.ended_at
-      FROM new_work_event_ends AS n
-      JOIN work_events AS e USING (work_id, source, event_type, observed_at)
-      JOIN citation_observations AS c ON c.work_id = n.work_id
-      ORDER BY n.work_id, n.source, n.event_type, n.observed_at, c.citing_arxiv_id, c.reference_index,
-               c.observation_id) AS x
-ORDER BY x.ended_at, x.work_id, x.source, x.event_type, x.citing_arxiv_id;
-
-INSERT INTO change_log (kind, arxiv_id, committed_at)
-SELECT 'record_changed', p.arxiv_id, clock_timestamp()
-FROM (SELECT o.citing_arxiv_id AS arxiv_id FROM new_work_event_ends AS n JOIN citation_observations AS o USING (work_id)
-      UNION SELECT o.cited_arxiv_id FROM new_work_event_ends AS n JOIN citation_observations AS o USING (work_id)
-      WHERE o.cited_arxiv_id IS NOT NULL) AS p
-ORDER BY p.arxiv_id;
-
-UPDATE data_version SET version = version + 1;
-SELECT pg_notify('pith_changes', coalesce((SELECT max(position) FROM change_log), 0)::text);
-""")
 
 
 # A reference observed again (a refresh, or a snapshot imported after a later one) is the same observation:

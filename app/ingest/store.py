@@ -18,6 +18,7 @@ from typing import IO, Any, Iterator
 import asyncpg
 import orjson
 
+from app.ingest.checks import CheckLedger, document_checks, settle
 from app.ingest.document import DocumentError, Facts, parse_document
 
 
@@ -397,6 +398,37 @@ SELECT pg_notify('pith_changes', coalesce((SELECT max(position) FROM change_log)
         await conn.execute(statements.replace("{affected}", _ALL_PAPERS_STAGED).replace("new_", added))
 
 
+async def append_ends(conn: asyncpg.Connection) -> None:
+    """standingChanged rows for the ends this import added (one per end and citing paper, on that paper's first
+    reference to the work), and recordChanged rows for those papers; then the newest position is announced."""
+    await conn.execute("SELECT pg_advisory_xact_lock($1)", CHANGE_LOG_LOCK)  # (held already when facts were added)
+    await conn.execute("""
+INSERT INTO change_log (kind, arxiv_id, observation_id, work_id, event_source, event_type, event_observed_at,
+                        event_reported_at, event_notice_doi, event_ended_at, committed_at)
+SELECT 'standing_changed', x.citing_arxiv_id, x.observation_id, x.work_id, x.source, x.event_type, x.observed_at,
+       x.reported_at, x.notice_doi, x.ended_at, clock_timestamp()
+FROM (SELECT DISTINCT ON (n.work_id, n.source, n.event_type, n.observed_at, c.citing_arxiv_id)
+             c.citing_arxiv_id, c.observation_id, n.work_id, n.source, n.event_type, n.observed_at, e.reported_at,
+             e.notice_doi, n.ended_at
+      FROM new_work_event_ends AS n
+      JOIN work_events AS e USING (work_id, source, event_type, observed_at)
+      JOIN citation_observations AS c ON c.work_id = n.work_id
+      ORDER BY n.work_id, n.source, n.event_type, n.observed_at, c.citing_arxiv_id, c.reference_index,
+               c.observation_id) AS x
+ORDER BY x.ended_at, x.work_id, x.source, x.event_type, x.citing_arxiv_id;
+
+INSERT INTO change_log (kind, arxiv_id, committed_at)
+SELECT 'record_changed', p.arxiv_id, clock_timestamp()
+FROM (SELECT o.citing_arxiv_id AS arxiv_id FROM new_work_event_ends AS n JOIN citation_observations AS o USING (work_id)
+      UNION SELECT o.cited_arxiv_id FROM new_work_event_ends AS n JOIN citation_observations AS o USING (work_id)
+      WHERE o.cited_arxiv_id IS NOT NULL) AS p
+ORDER BY p.arxiv_id;
+
+UPDATE data_version SET version = version + 1;
+SELECT pg_notify('pith_changes', coalesce((SELECT max(position) FROM change_log), 0)::text);
+""")
+
+
 def _describe_conflict(t: Table, row: Any) -> str:
     key = ", ".join(f"{c}={_fmt(row[c])}" for c in t.key)
     ours = ", ".join(f"{c}={_fmt(row[c])}" for c in t.values)
@@ -504,6 +536,8 @@ async def _load_file_once(conn: asyncpg.Connection, path: str, progress: IO[str]
             await conn.execute(f"SET LOCAL client_connection_check_interval = '{CLIENT_CHECK_SECONDS}s'")
             loader = Loader(conn, path, merge_each_batch=True)
             await loader.start()
+            # Each notice is its sources' check of the cited work: what one check lists, every document must.
+            ledger = CheckLedger(lambda where, message: ImportRejected(path, message, path=where))
             last_report = started
             try:
                 for line, doc in _documents(stream, ndjson):
@@ -512,7 +546,9 @@ async def _load_file_once(conn: asyncpg.Connection, path: str, progress: IO[str]
                     except DocumentError as exc:
                         raise ImportRejected(path, exc.message, line=line, path=exc.path) from None
                     where = f"line {line}" if line is not None else "the document"
-                    loader.add(parsed.facts, f"{where} ({parsed.arxiv_id} as of {parsed.rows.as_of.isoformat()})")
+                    origin = f"{where} ({parsed.arxiv_id} as of {parsed.rows.as_of.isoformat()})"
+                    loader.add(parsed.facts, origin)
+                    ledger.add(document_checks(parsed.rows.standing), origin)
                     documents += 1
                     if documents % LOAD_BATCH_DOCUMENTS == 0:
                         await loader.merge_batch()
@@ -531,6 +567,11 @@ async def _load_file_once(conn: asyncpg.Connection, path: str, progress: IO[str]
             if documents == 0:
                 raise ImportRejected(path, "no document found; expected at least one v1 document")
             added = await loader.finish()
+            # The ends the checks imply (a notice that no longer lists an event), announced as the importers' are.
+            ended = await settle(conn, ledger)
+            if ended:
+                await append_ends(conn)
+            added += ended
     finally:
         stream.close()
     seconds = time.monotonic() - started
