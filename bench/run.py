@@ -152,7 +152,8 @@ async def add_hub(conn: asyncpg.Connection, scale: int, seed: int) -> None:
     await conn.copy_records_to_table("citation_observations", records=rows, columns=[
         "observation_id", "citing_arxiv_id", "reference_index", "source", "source_observed_at", "cited_arxiv_id",
         "work_id", "printed_title", "printed_year"])
-    await conn.copy_records_to_table("resolutions", records=resolutions)
+    await conn.copy_records_to_table("resolutions", records=resolutions,
+                                     columns=["observation_id", "observed_at", "status", "resolver_source"])
 
 
 async def r7_floor(url: str, workdir: Path) -> dict[str, Any]:

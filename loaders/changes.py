@@ -39,16 +39,17 @@ _LINKED = ("EXISTS (SELECT 1 FROM work_snapshots AS ws WHERE ws.work_id = {fact}
 # $1 paper, $2 from (exclusive), $3 to (inclusive), $4 how many at most (NULL: all), $5 the kinds (NULL: all).
 CHANGES: Final = f"""
 WITH shown AS (  -- the observations of the uncapped record at `to`, in record order
-    SELECT o.observation_id, o.work_id, o.citing_arxiv_id, o.cited_arxiv_id, 'out' AS side,
+    SELECT o.observation_id, o.work_id, o.linked_from, o.citing_arxiv_id, o.cited_arxiv_id, 'out' AS side,
            row_number() OVER (ORDER BY o.reference_index, o.observation_id) AS place
     FROM citation_observations AS o WHERE o.citing_arxiv_id = $1 AND o.visible_from <= $3
     UNION ALL
-    SELECT o.observation_id, o.work_id, o.citing_arxiv_id, o.cited_arxiv_id, 'in',
+    SELECT o.observation_id, o.work_id, o.linked_from, o.citing_arxiv_id, o.cited_arxiv_id, 'in',
            1000000000 + row_number() OVER (ORDER BY o.citing_arxiv_id, o.reference_index, o.observation_id)
     FROM citation_observations AS o WHERE o.cited_arxiv_id = $1 AND o.visible_from <= $3
 ),
-by_work AS (SELECT DISTINCT ON (work_id) work_id, observation_id FROM shown WHERE work_id IS NOT NULL
-            ORDER BY work_id, place),
+-- (a work's facts count from its first observation's link: a link a later import made holds from then on)
+by_work AS (SELECT DISTINCT ON (work_id) work_id, observation_id, coalesce(linked_from, '-infinity') AS linked_from
+            FROM shown WHERE work_id IS NOT NULL ORDER BY work_id, coalesce(linked_from, '-infinity'), place),
 by_citing AS (SELECT DISTINCT ON (citing_arxiv_id) citing_arxiv_id AS arxiv_id, observation_id FROM shown
               WHERE side = 'in' ORDER BY citing_arxiv_id, place),
 by_cited AS (SELECT DISTINCT ON (cited_arxiv_id) cited_arxiv_id AS arxiv_id, observation_id FROM shown
@@ -80,14 +81,14 @@ ch AS (
             ORDER BY q.observed_at DESC LIMIT 1),
            jsonb_build_object('title', w.title, 'doi', w.doi, 'year', w.year, 'venue', w.venue)
     FROM work_snapshots AS w JOIN by_work AS b USING (work_id)
-    WHERE w.observed_at > $2 AND w.observed_at <= $3
+    WHERE w.observed_at > $2 AND w.observed_at <= $3 AND w.observed_at >= b.linked_from
     UNION ALL
     SELECT 'STANDING_EVENT', e.observed_at, b.observation_id,
            jsonb_build_object('eventType', e.event_type, 'source', e.source, 'observedAt', e.observed_at,
                               'reportedAt', e.reported_at, 'noticeDoi', e.notice_doi), NULL, NULL,
            jsonb_build_object('eventType', upper(e.event_type), 'source', e.source)
     FROM work_events AS e JOIN by_work AS b USING (work_id)
-    WHERE e.observed_at > $2 AND e.observed_at <= $3 AND {_LINKED.format(fact='e')}
+    WHERE e.observed_at > $2 AND e.observed_at <= $3 AND {_LINKED.format(fact='e')} AND e.observed_at >= b.linked_from
     UNION ALL  -- an event its source no longer reports (the standing rule): it stands no more from the check on
     SELECT 'STANDING_EVENT', x.ended_at, b.observation_id,
            jsonb_build_object('eventType', e.event_type, 'source', e.source, 'observedAt', e.observed_at,
@@ -97,13 +98,13 @@ ch AS (
                               'endedAt', x.ended_at)
     FROM work_event_ends AS x JOIN work_events AS e USING (work_id, source, event_type, observed_at)
     JOIN by_work AS b USING (work_id)
-    WHERE x.ended_at > $2 AND x.ended_at <= $3 AND EXISTS (SELECT 1 FROM work_snapshots AS ws
-          WHERE ws.work_id = x.work_id AND ws.observed_at <= x.ended_at)
+    WHERE x.ended_at > $2 AND x.ended_at <= $3 AND x.ended_at >= b.linked_from
+      AND EXISTS (SELECT 1 FROM work_snapshots AS ws WHERE ws.work_id = x.work_id AND ws.observed_at <= x.ended_at)
     UNION ALL
     SELECT 'STANDING_CHECKED', x.observed_at, b.observation_id, NULL, NULL, NULL,
            jsonb_build_object('source', x.source)
     FROM standing_receipts AS x JOIN by_work AS b USING (work_id)
-    WHERE x.observed_at > $2 AND x.observed_at <= $3 AND {_LINKED.format(fact='x')}
+    WHERE x.observed_at > $2 AND x.observed_at <= $3 AND {_LINKED.format(fact='x')} AND x.observed_at >= b.linked_from
     UNION ALL
     SELECT 'MEASUREMENT_CHANGED', m.observed_at, NULL, NULL,
            jsonb_build_object('source', m.source, 'count', m.count, 'observedAt', m.observed_at),
@@ -123,7 +124,7 @@ ch AS (
     FROM paper_snapshots AS s JOIN by_cited AS b USING (arxiv_id)
     WHERE s.observed_at > $2 AND s.observed_at <= $3
 )
-SELECT ch.kind, ch.at, ch.event, ch.measurement, ch.previous, ch.current, {_DETAIL_COLUMNS}
+SELECT ch.kind, ch.at, ch.event, ch.measurement, ch.previous, ch.current, {_DETAIL_COLUMNS.replace("$AS", "$3")}
 FROM (  -- the changes asked for first, then the details of those alone (not of every change in the window)
     SELECT * FROM ch WHERE $5::text[] IS NULL OR ch.kind = ANY($5::text[])
     ORDER BY ch.at, ch.obs NULLS FIRST, ch.kind

@@ -31,6 +31,17 @@ _LATEST_STATUS: Final = """coalesce((
 # has a snapshot), at the instant $AS.
 VISIBLE: Final = "o.visible_from <= $AS"
 
+
+def linked_sql(alias: str = "o", at: str = "$AS") -> str:
+    """The observation `alias` holds its canonical work link at the instant `at`: a link a later import made (a kept
+    reference whose work arrived later) holds from its `linked_from` on, not before (migration 0023)."""
+    return f"({alias}.linked_from IS NULL OR {alias}.linked_from <= {at})"
+
+
+def linked_work_sql(alias: str = "o", at: str = "$AS") -> str:
+    """The observation's canonical work id at the instant, NULL when it has none then."""
+    return f"(CASE WHEN {linked_sql(alias, at)} THEN {alias}.work_id END)"
+
 # A cited work counts as retracted when it is linked (has a snapshot) at the instant and, of its events
 # standing at the instant, the retraction, withdrawal or reinstatement that happened last is a retraction
 # or withdrawal (the standing rule, loaders.rows). Its notice is then measured: the database records every
@@ -51,7 +62,7 @@ def retracted_sql(work: str) -> str:
             LIMIT 1), false))"""
 
 
-_RETRACTED: Final = retracted_sql("o.work_id")
+_RETRACTED: Final = retracted_sql(linked_work_sql("o"))
 # Works that may be retracted at $AS (a retracting event by then): what the rule is checked on, when a
 # query starts from the few retracted works instead of every reference.
 MAY_BE_RETRACTED: Final = ("(SELECT e.work_id FROM work_events AS e WHERE e.observed_at <= $AS AND e.event_type IN "
@@ -59,7 +70,7 @@ MAY_BE_RETRACTED: Final = ("(SELECT e.work_id FROM work_events AS e WHERE e.obse
 
 _DETAIL_COLUMNS: Final = """
        o.observation_id, o.citing_arxiv_id, o.reference_index, o.source, o.source_observed_at,
-       o.cited_arxiv_id, o.work_id, o.printed_title, o.printed_year,
+       o.cited_arxiv_id, """ + linked_work_sql("o") + """ AS work_id, o.printed_title, o.printed_year,
        c.arxiv_id AS c_arxiv_id, c.observed_at AS c_observed_at, c.title AS c_title,
        c.latest_version AS c_latest_version, c.primary_category AS c_primary_category,
        c.submitted_at AS c_submitted_at, c.last_updated AS c_last_updated,
@@ -93,7 +104,9 @@ def _latest(table: str, key: str, on: str) -> str:
 LATERALS: Final = {
     "c": "JOIN LATERAL " + _latest("paper_snapshots", "arxiv_id", "citing_arxiv_id") + " AS c ON true",
     "d": "LEFT JOIN LATERAL " + _latest("paper_snapshots", "arxiv_id", "cited_arxiv_id") + " AS d ON true",
-    "w": "LEFT JOIN LATERAL " + _latest("work_snapshots", "work_id", "work_id") + " AS w ON true",
+    # (the work only while the observation holds its link: linked_sql)
+    "w": "LEFT JOIN LATERAL " + _latest("work_snapshots", "work_id", "work_id").replace(
+        "s.observed_at <= $AS", "s.observed_at <= $AS AND " + linked_sql("o")) + " AS w ON true",
     "r": "LEFT JOIN LATERAL " + _latest("resolutions", "observation_id", "observation_id") + " AS r ON true",
 }
 _DETAIL_JOINS_AFTER_CITING: Final = "\n".join(LATERALS.values())
@@ -166,7 +179,7 @@ OUTBOUND_PAGES_TEMPLATE: Final = _outbound_pages(backward=False)
 INBOUND_PAGES: Final = at_param(INBOUND_PAGES_TEMPLATE, 5)
 INBOUND_PAGES_BACKWARD: Final = at_param(_inbound_pages(backward=True), 5)
 # The observations citing a work (its keys are work ids, as text), in the same order as a paper's inbound.
-_BY_WORK: Final = "o.work_id = k.arxiv_id::uuid"
+_BY_WORK: Final = "o.work_id = k.arxiv_id::uuid AND " + linked_sql("o")
 WORK_INBOUND_PAGES: Final = at_param(_inbound_pages(backward=False, on=_BY_WORK), 5)
 WORK_INBOUND_PAGES_BACKWARD: Final = at_param(_inbound_pages(backward=True, on=_BY_WORK), 5)
 OUTBOUND_PAGES: Final = at_param(OUTBOUND_PAGES_TEMPLATE, 4)
@@ -179,18 +192,18 @@ FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(arxiv_id, direction, or
 CROSS JOIN LATERAL (
     SELECT count(*) AS total
     FROM (
-        SELECT o.observation_id, o.citing_arxiv_id, o.work_id
+        SELECT o.observation_id, o.citing_arxiv_id, o.work_id, o.linked_from
         FROM citation_observations AS o
         WHERE k.direction = 'in' AND o.cited_arxiv_id = k.arxiv_id AND {VISIBLE}
         UNION ALL
-        SELECT o.observation_id, o.citing_arxiv_id, o.work_id
+        SELECT o.observation_id, o.citing_arxiv_id, o.work_id, o.linked_from
         FROM citation_observations AS o
         WHERE k.direction = 'out' AND o.citing_arxiv_id = k.arxiv_id AND {VISIBLE}
         UNION ALL
-        SELECT o.observation_id, o.citing_arxiv_id, o.work_id
+        SELECT o.observation_id, o.citing_arxiv_id, o.work_id, o.linked_from
         FROM citation_observations AS o
         WHERE k.direction = 'work' AND o.work_id = (CASE WHEN k.direction = 'work' THEN k.arxiv_id::uuid END)
-          AND {VISIBLE}
+          AND {VISIBLE} AND {linked_sql("o")}
     ) AS o
     WHERE ($4::text[] IS NULL OR {_LATEST_STATUS} = ANY($4::text[]))
       AND ($5::boolean IS NULL OR $5::boolean = {_RETRACTED})

@@ -15,6 +15,7 @@ from typing import Any, AsyncIterator, Final, Sequence
 import asyncpg
 
 from app.export import Edge, Node, paper_node_id, reference_node_id, work_node_id, z_text
+from loaders.citations import linked_work_sql
 from loaders.rows import (RETRACTING, STANDING_DECIDING, deciding_order_sql, event_order_sql, shown_reference_index,
                           sql_list, stands_sql)
 
@@ -52,7 +53,10 @@ edges AS (
            coalesce(wk.work_id IS NOT NULL AND ch.work_id IS NOT NULL AND se.retracted, false) AS retracted,
            le.event_type, le.source AS event_source, le.reported_at AS event_reported_at,
            le.observed_at AS event_observed_at
-    FROM citation_observations AS o
+    FROM (  -- each reference with its canonical work link at the instant (loaders.citations.linked_work_sql)
+        SELECT observation_id, citing_arxiv_id, reference_index, source, cited_arxiv_id, printed_title, printed_year,
+               visible_from, """ + linked_work_sql("c", "$1") + """ AS work_id
+        FROM citation_observations AS c) AS o
     LEFT JOIN papers_known AS pk ON pk.arxiv_id = o.cited_arxiv_id
     LEFT JOIN works_known AS wk ON wk.work_id = o.work_id
     LEFT JOIN checked AS ch ON ch.work_id = o.work_id

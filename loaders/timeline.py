@@ -35,14 +35,14 @@ from loaders.base import Db
 # papers at once (OBSERVATIONS_OF_EACH, each row led by p_ord, the paper's place in the array).
 OBSERVATIONS: Final = """
 SELECT * FROM (
-    SELECT 'in' AS side, o.observation_id, o.work_id, o.citing_arxiv_id AS other, o.visible_from
+    SELECT 'in' AS side, o.observation_id, o.work_id, o.citing_arxiv_id AS other, o.visible_from, o.linked_from
     FROM citation_observations AS o
     WHERE o.cited_arxiv_id = $1
     ORDER BY o.citing_arxiv_id, o.reference_index, o.observation_id
 ) AS inbound
 UNION ALL
 SELECT * FROM (
-    SELECT 'out', o.observation_id, o.work_id, o.cited_arxiv_id, o.visible_from
+    SELECT 'out', o.observation_id, o.work_id, o.cited_arxiv_id, o.visible_from, o.linked_from
     FROM citation_observations AS o
     WHERE o.citing_arxiv_id = $1
     ORDER BY o.reference_index, o.observation_id
@@ -110,9 +110,13 @@ class Shown:
     other: str | None
     start: int
     end: float
+    linked: int = 0  # from when its work link holds (a link a later import made: loaders.citations.linked_sql)
 
     def at(self, second: int) -> bool:
         return self.start <= second < self.end
+
+    def linked_at(self, second: int) -> bool:
+        return self.linked <= second and self.at(second)
 
 
 def shown_intervals(rows: Iterable[Any], caps: dict[str, int]) -> dict[tuple[str, UUID], Shown]:
@@ -127,7 +131,8 @@ def shown_intervals(rows: Iterable[Any], caps: dict[str, int]) -> dict[tuple[str
         heap = earliest[side]
         start = second_up(row["visible_from"])
         end = -heap[0] if len(heap) == cap else NEVER
-        found[(side, row["observation_id"])] = Shown(side, row["work_id"], row["other"], start, end)
+        linked = second_up(row["linked_from"]) if row["linked_from"] is not None else 0
+        found[(side, row["observation_id"])] = Shown(side, row["work_id"], row["other"], start, end, linked)
         if len(heap) < cap:
             heapq.heappush(heap, -start)
         elif start < -heap[0]:
@@ -175,9 +180,10 @@ def changes(shown: dict[tuple[str, UUID], Shown], facts: Sequence[Any], low: int
             shows = any(s is not None and s.at(second)
                         for s in (shown.get(("in", f["observation_id"])), shown.get(("out", f["observation_id"]))))
         elif kind == "WORK_UPDATED":
-            shows = any_at(by_work[f["work_id"]], second)
+            shows = any(s.linked_at(second) for s in by_work[f["work_id"]])
         elif kind in ("STANDING_CHECKED", "STANDING_EVENT"):
-            shows = first_work.get(f["work_id"], NEVER) <= second and any_at(by_work[f["work_id"]], second)
+            shows = first_work.get(f["work_id"], NEVER) <= second and any(
+                s.linked_at(second) for s in by_work[f["work_id"]])
         elif kind == "CITING_PAPER_UPDATED":
             shows = any_at(by_citing[f["arxiv_id"]], second)
         else:  # CITED_PAPER_UPDATED

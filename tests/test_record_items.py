@@ -81,7 +81,7 @@ async def test_odd_text_and_instants(empty_database):
             (observations[0][0], micro, "verified_exact", None),
             (observations[1][0], T0 + timedelta(hours=1), "unresolved", "title_search"),
             (observations[3][0], micro + timedelta(days=2), "verified_fuzzy", ODD),
-        ])
+        ], columns=["observation_id", "observed_at", "status", "resolver_source"])
     finally:
         await conn.close()
     instants = [T0, micro, micro + timedelta(days=1), micro + timedelta(days=2), micro + timedelta(days=3)]

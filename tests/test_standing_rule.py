@@ -188,6 +188,8 @@ async def test_per_edge_every_reader_agrees_once_the_store_keeps_the_rule(admin_
         # And a source's yearly counts of a paper, which a record's history reads (migration 0018).
         await conn.execute("CREATE TABLE external_measurement_years (arxiv_id text, source text, "
                            "observed_at timestamptz, year integer, count integer)")
+        # And when a reference's link holds from (migration 0023): NULL, from its first observation.
+        await conn.execute("ALTER TABLE citation_observations ADD COLUMN linked_from timestamptz")
         await conn.close()
         before = await disagreements(url, papers, at)
         assert before, "the readers disagree on a store without the rule"
@@ -195,7 +197,8 @@ async def test_per_edge_every_reader_agrees_once_the_store_keeps_the_rule(admin_
         conn = await asyncpg.connect(url)
         try:
             await conn.execute("DROP TABLE work_event_ends; DROP TABLE paper_observation_counts; "
-                               "DROP TABLE external_measurement_years")
+                               "DROP TABLE external_measurement_years; "
+                               "ALTER TABLE citation_observations DROP COLUMN linked_from")
             notes: list[str] = []
             applied = await migrate(conn, notes)
             assert applied[0] == "0009_standing_rule"

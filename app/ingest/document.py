@@ -193,13 +193,12 @@ class Facts:
             return
         if old == value:  # the same fact again (the cited paper of every inbound row)
             return
-        if table == "papers":
-            merged = _merge_paper(old, value)
+        positions = LENIENT_POSITIONS.get(table)
+        if positions:
+            merged = merge_lenient(old, value, positions)
             if merged is not None:
                 rows[key] = merged
                 return
-        elif old == value:
-            return
         raise DocumentError(path, f"conflicting facts for {table} {_show(key)}: {_show(old)} and {_show(value)}")
 
     def merge(self, other: "Facts", where: str) -> None:
@@ -208,13 +207,25 @@ class Facts:
                 self.add(table, key, value, where)
 
 
-def _merge_paper(old: tuple, new: tuple) -> tuple | None:
-    """A short form has no category: it neither sets nor contradicts the full snapshot's."""
-    if old[:2] + old[3:] != new[:2] + new[3:]:
-        return None
-    if old[2] is not None and new[2] is not None and old[2] != new[2]:
-        return None
-    return old[:2] + (old[2] if old[2] is not None else new[2],) + old[3:]
+# Values that one fact may leave out and another give, without contradicting each other (app.ingest.store.Table's
+# lenient columns): a short form of a paper has no category; a reference shown unlinked at one instant gives what the
+# bibliography printed, and linked at another its work (a link made later: migration 0023); a resolution loaded
+# from a document says whether its reference was linked then, one stored before did not.
+LENIENT_POSITIONS: dict[str, tuple[int, ...]] = {"papers": (2,), "observations": (4, 5, 6, 7), "resolutions": (2,)}
+
+
+def merge_lenient(old: tuple, new: tuple, positions: tuple[int, ...]) -> tuple | None:
+    """The two facts as one, when they agree on every value but those at `positions`, and there each gives the
+    same value or one of them none; None when they contradict each other."""
+    merged = list(old)
+    for i, (a, b) in enumerate(zip(old, new, strict=True)):
+        if a == b:
+            continue
+        if i not in positions or (a is not None and b is not None):
+            return None
+        if a is None:
+            merged[i] = b
+    return tuple(merged)
 
 
 def _show(value: tuple) -> str:
@@ -342,8 +353,9 @@ def _observation(obj: Any, path: str, facts: Facts, standing: dict[UUID, dict]) 
     facts.add("observations", (observation_id,),
               (obs.citing_arxiv_id, obs.reference_index, obs.source, obs.source_observed_at, obs.cited_arxiv_id,
                obs.work_id, obs.printed_title, obs.printed_year), path)
+    # (whether the reference held its work link at that resolution: a link made later holds from then on)
     facts.add("resolutions", (observation_id, resolution.observed_at),
-              (resolution.status, resolution.resolver_source), rpath)
+              (resolution.status, resolution.resolver_source, work_id is not None), rpath)
 
     npath = f"{path}.standing_notice"
     notice = _get(obj, "standing_notice", path)

@@ -54,7 +54,7 @@ async def add_sample_citation(conn: asyncpg.Connection, cited: str, at: datetime
         await loader.start()
         rows: dict[str, list[tuple]] = {
             "observations": [(observation, citing, index, SOURCE, at, cited, work, None, None)],
-            "resolutions": [(observation, at, "verified_exact", SOURCE)],
+            "resolutions": [(observation, at, "verified_exact", SOURCE, work is not None)],
         }
         if not await conn.fetchval("SELECT 1 FROM paper_snapshots WHERE arxiv_id = $1 LIMIT 1", citing):
             rows["papers"] = [(citing, at, f"A sample paper citing {cited}", 1, "cs.DL", at, at)]

@@ -38,6 +38,7 @@ from asyncpg.pgproto.pgproto import UUID as PgUUID
 
 from app.ingest.doi import arxiv_id_of_doi, normalize_doi
 from app.ingest.document import Facts
+from app.ingest.links import settle_links
 from app.ingest.store import TABLES, ImportRejected, Loader, append_ends
 
 SOURCES = ("crossref", "retraction-watch", "openalex", "arxiv", "opencitations")
@@ -102,6 +103,8 @@ class Reference:
     year: int | None
     citing_doi: str | None = None  # OpenCitations, Crossref: the citing work, until it is known as an arXiv paper
     asserted_by: str | None = None  # Crossref: who asserted the reference's DOI (crossref, publisher)
+    # OpenAlex: its work described only by a later snapshot, imported before this one: linked from that instant
+    linked_at: datetime | None = None
 
 
 @dataclass
@@ -395,6 +398,7 @@ class Importer:
             await reconcile_events(self.conn, self.name, self.at)
             self.summary.facts_added = await self.loader.finish()
             self.summary.facts_added += await write_event_ends(self.conn, self.name)
+            await settle_links(self.conn)
         self.summary.seconds = time.monotonic() - started
         if self.progress is not None:
             print("", file=self.progress)  # the progress line ends
@@ -599,6 +603,7 @@ class Importer:
         if self.source == "openalex":  # (an index on the spilled ids keeps the references' lookups cheap)
             await self._spill_openalex()
             if final:
+                await self._remember_openalex_ids()
                 await self._openalex_references()
                 await self._link_kept_references()
         if self.reference_lists:
@@ -699,20 +704,34 @@ class Importer:
         await self.conn.execute("ANALYZE openalex_works; ANALYZE openalex_refs")
         after: tuple[str, int] = ("", 0)
         while True:  # keyset pages: each is staged before the next is read
+            # A work this import does not describe, another snapshot of OpenAlex did: one of an earlier instant links
+            # the reference now, one of a later instant (imported before this one) from its instant on.
             rows = await self.conn.fetch(
-                "SELECT r.citing, r.idx, r.ref, w.doi, w.title, w.year FROM openalex_refs AS r "
+                "SELECT r.citing, r.idx, r.ref, coalesce(w.doi, k.doi) AS doi, w.title, w.year, "
+                "CASE WHEN w.doi IS NULL AND k.observed_at > $4 THEN k.observed_at END AS linked_at "
+                "FROM openalex_refs AS r "
                 "LEFT JOIN LATERAL (SELECT doi, title, year FROM openalex_works AS x WHERE x.wid = r.ref LIMIT 1) AS w "
-                "ON true WHERE (r.citing, r.idx) > ($1, $2) ORDER BY r.citing, r.idx LIMIT $3", *after, BATCH)
+                "ON true LEFT JOIN openalex_work_ids AS k ON w.doi IS NULL AND k.wid = r.ref "
+                "WHERE (r.citing, r.idx) > ($1, $2) ORDER BY r.citing, r.idx LIMIT $3", *after, BATCH, self.at)
             if not rows:
                 return
             after = (rows[-1]["citing"], rows[-1]["idx"])
             # What OpenAlex printed is the referenced work's id (shown while the reference is unlinked): the
             # same whichever snapshot observed the reference first.
             self.references = [Reference(r["citing"], r["idx"], f"openalex:{r['citing']}:{r['ref']}", r["doi"],
-                                         r["ref"], None) for r in rows]
+                                         r["ref"], None, linked_at=r["linked_at"]) for r in rows]
             facts = Facts()
             await self._references(facts)
             await self._stage(facts)
+
+    async def _remember_openalex_ids(self) -> None:
+        """Each OpenAlex id this import describes with a DOI, at the earliest instant any import described it: a
+        snapshot imported later, of an earlier or later instant, links its references to them as date order would."""
+        await self.conn.execute(
+            "INSERT INTO openalex_work_ids (wid, doi, observed_at) "
+            "SELECT DISTINCT ON (wid) wid, doi, $1::timestamptz FROM openalex_works WHERE doi IS NOT NULL ORDER BY wid "
+            "ON CONFLICT (wid) DO UPDATE SET doi = EXCLUDED.doi, observed_at = EXCLUDED.observed_at "
+            "WHERE EXCLUDED.observed_at < openalex_work_ids.observed_at", self.at)
 
     async def _link_kept_references(self) -> None:
         """References an earlier import kept unlinked (their OpenAlex id as the printed title), whose work this
@@ -740,8 +759,8 @@ class Importer:
                 "WHERE o.observation_id = x.observation_id",
                 [r[0] for r in links], [r[1] for r in links], [r[2] for r in links])
             facts = Facts()
-            for oid, _, _ in links:
-                facts.resolutions[(oid, self.at)] = ("verified_exact", self.name)
+            for oid, _, _ in links:  # (linked from this instant on: app/ingest/links.py)
+                facts.resolutions[(oid, self.at)] = ("verified_exact", self.name, True)
             await self._stage(facts)
             self.summary.linked += len(links)
 
@@ -792,7 +811,13 @@ class Importer:
                                           r.title, r.year)
             resolver = ((r.asserted_by if self.source == "crossref" and r.asserted_by else self.name)
                         if work_id else None)
-            facts.resolutions[(oid, self.at)] = ("verified_exact" if work_id else "unresolved", resolver)
+            if work_id is not None and r.linked_at is not None:
+                # Unlinked as of this snapshot, linked from the later one's instant (as date order would store it).
+                facts.resolutions[(oid, self.at)] = ("unresolved", None, False)
+                facts.resolutions[(oid, r.linked_at)] = ("verified_exact", resolver, True)
+                continue
+            facts.resolutions[(oid, self.at)] = ("verified_exact" if work_id else "unresolved", resolver,
+                                                 work_id is not None)
 
 
 # --- the standing rule's runs ---------------------------------------------------------------------
@@ -939,7 +964,8 @@ async def write_event_ends(conn: asyncpg.Connection, source: str) -> int:
 
 # A reference observed again (a refresh, or a snapshot imported after a later one) is the same observation:
 # it keeps its id and is first observed at the earliest instant any import saw it (its parse, as date order
-# would have stored it); a link it did not have is added; its resolution is recorded at each instant.
+# would have stored it); a link it did not have is added; its resolution is recorded at each instant, with
+# whether it held the link then (app/ingest/links.py: the link holds from then on).
 _OBSERVED_AGAIN = (
     """UPDATE citation_observations AS o
     SET source_observed_at = s.source_observed_at, reference_index = s.reference_index,
@@ -954,7 +980,7 @@ _OBSERVED_AGAIN = (
     FROM stage_citation_observations AS s
     WHERE s.observation_id = o.observation_id AND o.work_id IS NULL AND s.work_id IS NOT NULL""",
     # A reference linked by an earlier check stays linked when this one did not meet its work.
-    """UPDATE stage_resolutions AS r SET status = 'verified_exact', resolver_source = p.resolver_source
+    """UPDATE stage_resolutions AS r SET status = 'verified_exact', resolver_source = p.resolver_source, linked = true
     FROM citation_observations AS o, resolutions AS p
     WHERE o.observation_id = r.observation_id AND o.work_id IS NOT NULL AND r.status = 'unresolved'
       AND p.observation_id = r.observation_id AND p.status = 'verified_exact'

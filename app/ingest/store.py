@@ -20,6 +20,7 @@ import orjson
 
 from app.ingest.checks import CheckLedger, document_checks, settle
 from app.ingest.document import DocumentError, Facts, parse_document
+from app.ingest.links import settle_links
 
 
 @dataclass(frozen=True)
@@ -28,18 +29,22 @@ class Table:
     name: str
     key: tuple[str, ...]
     values: tuple[str, ...]
+    # Values one fact may leave out (NULL) and another of its key give (app.ingest.document.LENIENT_POSITIONS):
+    # they agree, and the stored fact gets the value; two different values contradict each other.
+    lenient: tuple[str, ...] = ()
 
 
 # In insert order: resolutions refer to observations.
 TABLES: tuple[Table, ...] = (
     Table("papers", "paper_snapshots", ("arxiv_id", "observed_at"),
-          ("title", "latest_version", "primary_category", "submitted_at", "last_updated")),
+          ("title", "latest_version", "primary_category", "submitted_at", "last_updated"), ("primary_category",)),
     Table("works", "work_snapshots", ("work_id", "observed_at"),
           ("arxiv_id", "doi", "metadata_source", "pith_arxiv_id", "title", "venue", "year")),
     Table("observations", "citation_observations", ("observation_id",),
           ("citing_arxiv_id", "reference_index", "source", "source_observed_at", "cited_arxiv_id", "work_id",
-           "printed_title", "printed_year")),
-    Table("resolutions", "resolutions", ("observation_id", "observed_at"), ("status", "resolver_source")),
+           "printed_title", "printed_year"), ("cited_arxiv_id", "work_id", "printed_title", "printed_year")),
+    Table("resolutions", "resolutions", ("observation_id", "observed_at"), ("status", "resolver_source", "linked"),
+          ("linked",)),
     Table("receipts", "standing_receipts", ("work_id", "source", "observed_at"), ()),
     Table("events", "work_events", ("work_id", "source", "event_type", "observed_at"), ("reported_at", "notice_doi")),
     Table("measurements", "external_measurements", ("arxiv_id", "source", "observed_at"), ("count",)),
@@ -73,13 +78,13 @@ def _tuple_sql(alias: str, columns: tuple[str, ...]) -> str:
 
 
 def _differs(t: Table, x: str, s: str) -> str:
-    """SQL true when row `s` of table t says something else than row `x` of the same key."""
-    if t.fact == "papers":
-        return (f"({x}.title, {x}.latest_version, {x}.submitted_at, {x}.last_updated)"
-                f" IS DISTINCT FROM ({s}.title, {s}.latest_version, {s}.submitted_at, {s}.last_updated)"
-                f" OR ({x}.primary_category IS NOT NULL AND {s}.primary_category IS NOT NULL"
-                f" AND {x}.primary_category <> {s}.primary_category)")
-    return f"{_tuple_sql(x, t.values)} IS DISTINCT FROM {_tuple_sql(s, t.values)}"
+    """SQL true when row `s` of table t says something else than row `x` of the same key (a lenient value left
+    out by either agrees with the other's)."""
+    strict = tuple(c for c in t.values if c not in t.lenient)
+    test = f"{_tuple_sql(x, strict)} IS DISTINCT FROM {_tuple_sql(s, strict)}"
+    for c in t.lenient:
+        test += f" OR ({x}.{c} IS NOT NULL AND {s}.{c} IS NOT NULL AND {x}.{c} <> {s}.{c})"
+    return test
 
 
 def _conflict_sql(t: Table) -> str:
@@ -103,14 +108,14 @@ def _staged_conflict_sql(t: Table) -> str:
     given and one left out agree, two different ones do not."""
     key = ", ".join(t.key)
     window = f"(PARTITION BY {key} ORDER BY origin ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)"
-    compared = t.values
+    compared = tuple(c for c in t.values if c not in t.lenient)
     source = f"stage_{t.name}"
     categories = "false"
-    if t.fact == "papers":
-        compared = tuple(c for c in t.values if c != "primary_category")
-        source = (f"(SELECT st.*, c.categories FROM stage_{t.name} AS st JOIN (SELECT {key}, count(DISTINCT "
-                  f"primary_category) AS categories FROM stage_{t.name} GROUP BY {key}) AS c USING ({key}))")
-        categories = "f.categories > 1"
+    if t.lenient:  # each lenient value counted apart: one given and one left out agree, two different ones do not
+        counts = ", ".join(f"count(DISTINCT {c}) AS n_{c}" for c in t.lenient)
+        source = (f"(SELECT st.*, {', '.join(f'c.n_{c}' for c in t.lenient)} FROM stage_{t.name} AS st JOIN "
+                  f"(SELECT {key}, {counts} FROM stage_{t.name} GROUP BY {key}) AS c USING ({key}))")
+        categories = " OR ".join(f"f.n_{c} > 1" for c in t.lenient)
     firsts = ", ".join(f"first_value({c}) OVER w AS first_{c}" for c in t.values)
     return f"""
 SELECT f.origin, {', '.join(f'f.{c}' for c in t.key + t.values)},
@@ -124,21 +129,23 @@ LIMIT 1
 """
 
 
-def _insert_sql(t: Table, unique: bool = False, source: str = "stage_") -> str:
+def _insert_sql(t: Table, unique: bool = False, source: str = "stage_", width: int | None = None) -> str:
     """Set-based insert from the stage (or a batch of it: source="batch_"); unique=True when staged keys are
-    known to be distinct."""
-    columns = ", ".join(t.key + t.values)
+    known to be distinct; width: the staged rows give only the table's first so many columns (Loader.stage_rows)."""
+    columns = ", ".join((t.key + t.values)[:width])
     order = ", ".join(t.key)
     if unique and t.fact != "papers":
         # In key order: index pages fill left to right instead of at random.
         return f"INSERT INTO {t.name} ({columns}) SELECT {columns} FROM {source}{t.name} ORDER BY {order} ON CONFLICT DO NOTHING"
-    if t.fact == "papers":
+    if t.lenient:
+        # A stored fact that left a lenient value out gets it (a paper's category, a reference's link or printed
+        # title); a value it has stays (a different one was refused as a conflict).
         return f"""
 INSERT INTO {t.name} ({columns})
 SELECT DISTINCT ON ({order}) {columns} FROM {source}{t.name}
-ORDER BY {order}, primary_category NULLS LAST
-ON CONFLICT ({order}) DO UPDATE SET primary_category = EXCLUDED.primary_category
-WHERE {t.name}.primary_category IS NULL AND EXCLUDED.primary_category IS NOT NULL
+ORDER BY {order}, {', '.join(f'{c} NULLS LAST' for c in t.lenient)}
+ON CONFLICT ({order}) DO UPDATE SET {', '.join(f'{c} = coalesce({t.name}.{c}, EXCLUDED.{c})' for c in t.lenient)}
+WHERE {' OR '.join(f'({t.name}.{c} IS NULL AND EXCLUDED.{c} IS NOT NULL)' for c in t.lenient)}
 """
     return f"""
 INSERT INTO {t.name} ({columns})
@@ -146,6 +153,16 @@ SELECT DISTINCT ON ({order}) {columns} FROM {source}{t.name}
 ORDER BY {order}
 ON CONFLICT DO NOTHING
 """
+
+
+def _keeping_added(t: Table, insert: str) -> str:
+    """The insert, copying what it added into new_{table} (for the change log). A reference's link or printed title,
+    or a resolution's link, filled in on a stored row is no new fact (the resolution that shows it is); a paper's
+    category filled in counts, as a snapshot it completes."""
+    if t.lenient and t.fact != "papers":
+        return (f"WITH added AS ({insert} RETURNING {t.name} AS row_, xmax = 0 AS fresh_) "
+                f"INSERT INTO new_{t.name} SELECT (row_).* FROM added WHERE fresh_")
+    return f"WITH added AS ({insert} RETURNING *) INSERT INTO new_{t.name} SELECT * FROM added"
 
 
 class Loader:
@@ -168,6 +185,7 @@ class Loader:
         # Set by the bulk path when the fact tables were empty: every staged row is then new, and the
         # change log is made from the stage itself instead of copies of what each insert added.
         self.all_new = False
+        self.widths: dict[str, int] = {}  # per table, how many of its columns stage_rows was given
 
     async def start(self) -> None:
         for t in TABLES:
@@ -229,8 +247,7 @@ class Loader:
             return
         sql = "; ".join(statement for t in merged for statement in (
             f"INSERT INTO stage_{t.name} SELECT * FROM batch_{t.name}",
-            f"WITH added AS ({_insert_sql(t, source='batch_')} RETURNING *)"
-            f" INSERT INTO new_{t.name} SELECT * FROM added",
+            _keeping_added(t, _insert_sql(t, source='batch_')),
             f"TRUNCATE batch_{t.name}"))
         self._merging = asyncio.create_task(self.conn.execute(sql))
         await asyncio.sleep(0)  # the statements are sent: the database works while the caller reads
@@ -245,9 +262,10 @@ class Loader:
         """COPY rows straight into the staging tables (rows in each table's key + value column order)."""
         for t in TABLES:
             rows = rows_by_fact.get(t.fact)
-            if rows:
+            if rows:  # (rows may leave out the table's last values: a resolution's link, NULL: not known)
+                self.widths[t.fact] = len(rows[0])
                 await self.conn.copy_records_to_table(f"stage_{t.name}", records=[r + (origin,) for r in rows],
-                                                      columns=list(t.key + t.values) + ["origin"])
+                                                      columns=list((t.key + t.values)[:len(rows[0])]) + ["origin"])
 
     async def finish(self) -> int:
         if self.merge_each_batch:
@@ -259,9 +277,9 @@ class Loader:
         added = 0
         for t in TABLES:
             # Insert first, then compare: a concurrent load's committed rows are then seen too.
-            insert = _insert_sql(t, unique=not self.check_conflicts)
+            insert = _insert_sql(t, unique=not self.check_conflicts, width=self.widths.get(t.fact))
             if not self.all_new:
-                insert = f"WITH added AS ({insert} RETURNING *) INSERT INTO new_{t.name} SELECT * FROM added"
+                insert = _keeping_added(t, insert)
             status = await self.conn.execute(insert)
             inserted = int(status.split()[-1])
             added += inserted
@@ -572,6 +590,8 @@ async def _load_file_once(conn: asyncpg.Connection, path: str, progress: IO[str]
             if ended:
                 await append_ends(conn)
             added += ended
+            # A reference shown unlinked by one document and linked by another holds its link from then on.
+            await settle_links(conn, lambda message: ImportRejected(path, message))
     finally:
         stream.close()
     seconds = time.monotonic() - started
