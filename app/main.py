@@ -128,7 +128,7 @@ def create_app(settings: Settings | None = None, dsn: str | None = None, *,
         middleware.append(Middleware(PreparedFastPath, state=state, path=GRAPHQL_PATH, max_body=MAX_BODY_BYTES,
                                      max_variables=MAX_VARIABLES_BYTES))
     middleware += [
-        Middleware(BodyLimitAndCancelOnDisconnect),
+        Middleware(BodyLimitAndCancelOnDisconnect, on_refused=state.charge_refusal),
         Middleware(GZipMiddleware, minimum_size=GZIP_MINIMUM, compresslevel=GZIP_LEVEL),
     ]
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan,

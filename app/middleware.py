@@ -8,6 +8,7 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -162,9 +163,11 @@ class BodyLimitAndCancelOnDisconnect:
     client that gives up does not keep a backend busy.
     """
 
-    def __init__(self, app: ASGIApp, max_body: int = MAX_BODY_BYTES) -> None:
+    def __init__(self, app: ASGIApp, max_body: int = MAX_BODY_BYTES,
+                 on_refused: Callable[[Scope], Awaitable[None]] | None = None) -> None:
         self.app = app
         self.max_body = max_body
+        self.on_refused = on_refused  # a body over the limit is charged to its client (app.state.App.charge_refusal)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -179,6 +182,8 @@ class BodyLimitAndCancelOnDisconnect:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_body:
+                if self.on_refused is not None:
+                    await self.on_refused(scope)
                 response = error_response(413, f"request body is larger than {self.max_body} bytes", scope.get("path"))
                 await response(scope, receive, send)
                 return

@@ -72,8 +72,13 @@ def over_budget(governor: Any, client: Any) -> GraphQLError | None:
 async def charge_refused(context: Any, units: int) -> None:
     """Charge a refused operation's parse and validation to its client: the points its units make, at
     least one (a client cannot send invalid documents for free)."""
-    governor = getattr(context, "governor", None)
-    client = getattr(context, "client", None)
+    await charge_refusal(getattr(context, "governor", None), getattr(context, "client", None), units)
+
+
+async def charge_refusal(governor: Any, client: Any, units: int = 0) -> None:
+    """Charge a refused request to its client: the points its units of work make, at least one. Every refusal
+    comes here: a document that fails (above), and a request refused before any operation ran (a body too large
+    or not JSON, a media type or Accept not served, an unknown persisted query: app.state.App.charge_refusal)."""
     if governor is None or client is None:
         return
     try:

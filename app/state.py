@@ -134,6 +134,20 @@ class App:
         note(client=client)
         return client
 
+    async def charge_refusal(self, scope: Scope) -> None:
+        """A request refused before its operation ran (a body too large or not JSON, a media type or an Accept not
+        served): a point of its client's hour, as a refused document costs (app.pipeline.charge_refusal)."""
+        from app.governor import Unauthenticated
+        from app.pipeline import charge_refusal
+
+        client = scope.get("pith.client")
+        if client is None:
+            try:
+                client = await self.identify(scope)
+            except Unauthenticated:
+                return  # (a bad key's refusal is charged to its address already)
+        await charge_refusal(self.governor, client)
+
     def respond(self, result: Any, media: str | None) -> Response:
         """The HTTP response for an execution result (App.outcome). The transports add the RateLimit fields."""
         from app import http

@@ -91,6 +91,48 @@ async def test_every_refused_document_is_charged_and_an_exhausted_client_is_refu
     assert "RATE_LIMITED" in body and "Syntax Error" not in body, body[:300]
 
 
+async def test_requests_refused_before_any_operation_are_charged_too(empty_database, statements):
+    """A body that is not JSON, one over the limit, a media type or an Accept not served, a query string over its
+    limit: each costs its client a point, as a refused document does; over budget, 429 before the body is read."""
+    from app.limits import MAX_BODY_BYTES, MAX_QUERY_STRING_BYTES
+
+    settings = Settings(database_url=empty_database, production=True, introspection=False, graphiql=False,
+                        anonymous_points_per_hour=60)
+    refusals = {
+        "not JSON": dict(method="POST", content=b"{ query: nope", headers={"content-type": "application/json"}),
+        "over the body limit": dict(method="POST", content=b'{"query": "' + b"x" * (MAX_BODY_BYTES + 10) + b'"}',
+                                    headers={"content-type": "application/json"}),
+        "a media type not served": dict(method="POST", content=b"{ __typename }",
+                                        headers={"content-type": "text/plain"}),
+        "an Accept not served": dict(method="POST", json={"query": "{ __typename }"},
+                                     headers={"accept": "text/html;q=1, image/png"}),
+        "a query string over its limit": dict(method="GET", params={"query": "{ " + "a " * MAX_QUERY_STRING_BYTES}),
+    }
+    async for served in serve(empty_database, statements, settings):
+        client = served.client
+
+        async def left() -> int:
+            answer = await client.post("/graphql", json={"query": "{ __typename }"})
+            assert answer.status_code == 200, answer.text[:200]
+            return remaining(answer)
+
+        first, second = await left(), await left()
+        lookup = first - second  # what the lookup that reads the budget costs
+        for label, request in refusals.items():
+            before = await left()
+            for _ in range(2):
+                method = request["method"]
+                answer = await client.request(method, "/graphql", **{k: v for k, v in request.items() if k != "method"})
+                assert 400 <= answer.status_code < 500 and answer.status_code != 429, (label, answer.status_code)
+            assert before - await left() - lookup >= 2, label  # at least a point each
+        for _ in range(100):  # spend the rest with bodies that are not JSON: then 429, before the body is read
+            answer = await client.post("/graphql", content=b"nope", headers={"content-type": "application/json"})
+            if answer.status_code == 429:
+                break
+            assert answer.status_code == 400, answer.text[:200]
+        assert answer.status_code == 429 and answer.headers["retry-after"], answer.status_code
+
+
 async def test_the_same_refusal_over_websockets(empty_database):
     import websockets
 

@@ -143,14 +143,20 @@ class GraphQLView(StrawberryGraphQL[Context, None]):
                                         http.response_media_type(request.headers.get("accept")))
 
     async def _run(self, request: Request) -> Response:
+        """The answer; a request refused before its operation ran costs its client a point, as a refused document
+        does (a 304 is an answer, not a refusal)."""
         if request.method in ("GET", "HEAD") and len(request.url.query) > MAX_QUERY_STRING_BYTES:
+            await self.state.charge_refusal(request.scope)
             return http.transport_error(413, f"query string is larger than {MAX_QUERY_STRING_BYTES} bytes; "
                                              "POST large queries", "PAYLOAD_TOO_LARGE")
         try:
             return await self.run(request)
         except Answer as exc:
+            if exc.response.status_code != 304:
+                await self.state.charge_refusal(request.scope)
             return exc.response
         except HTTPException as exc:  # Strawberry's own refusals
+            await self.state.charge_refusal(request.scope)
             code = http.ERROR_CODES.get(exc.status_code, "BAD_REQUEST")
             return http.transport_error(exc.status_code, exc.reason, code,
                                         http.response_media_type(request.headers.get("accept")))
