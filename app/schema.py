@@ -99,11 +99,12 @@ async def _nodes(info: Info, ids: list, argument: str) -> list[Node | None]:
 
 @strawberry.type(description=(
     "A bounded multi-hop walk from one paper: the papers reached and the edges followed. Each hop costs one "
-    "batched statement per direction."))
+    "batched statement per direction (a few when its frontier is larger than the walk has room left for)."))
 class Neighbourhood:
     papers: list[Paper] = strawberry.field(description="Papers reached, the start first, then in order of discovery.")
     edges: list[CitationObservation] = strawberry.field(description="Edges followed, each once.")
-    truncated: bool = strawberry.field(description="True when perPaper or the 10,000-paper cap cut the walk.")
+    truncated: bool = strawberry.field(description=(
+        "True when perPaper or the caps (10,000 papers, 10,000 edges) cut the walk."))
 
 
 async def _walk(info: Info, root: str, direction: Direction, depth: int, per_paper: int,
@@ -290,7 +291,7 @@ class Query:
 
     @strawberry.field(description=(
         "Papers within `depth` hops (1 to 3), following at most `perPaper` edges (1 to 100) of each paper in the "
-        "record's order, at most 10,000 papers."))
+        "record's order, at most 10,000 papers and 10,000 edges."))
     async def neighbourhood(
         self, info: Info, arxiv_id: ArxivIdArg,
         direction: Annotated[Direction, strawberry.argument(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 
 import pytest
 
@@ -216,6 +217,43 @@ async def test_neighbourhood_costs_one_statement_per_hop(graph):
     body = await graph.graphql(query, {"id": NARROW_TREE, "per": 10, "depth": 3})
     hood = body["data"]["neighbourhood"]
     assert hood["truncated"] is False and len(hood["papers"]) == 1 + 5 + 25
+
+
+async def test_a_walk_keeps_within_its_caps_and_reads_no_more_than_it_has_room_for(graph_url):
+    """The caps on papers and edges hold whatever the fan-out, and a hop reads its frontier a slice at a time,
+    each no larger than the edges still allowed: at a cap of 50, the wide tree's second hop (100 papers of 100
+    citers each, 10,000 rows at once before) reads at most a slice of them."""
+    import asyncpg
+
+    from app.db.pool import Session
+    from loaders.dataloaders import Loaders
+    from loaders.walk import walk
+
+    conn = await asyncpg.connect(graph_url)
+    read: list[int] = []
+    conn.add_query_logger(lambda q: None)
+    session = Session.from_connection(conn)
+    try:
+        loaders = Loaders(session, datetime.now(timezone.utc))
+        original = loaders.inbound.load_many
+
+        async def counting(requests):
+            pages = await original(requests)
+            read.append(sum(len(p) for p in pages))
+            return pages
+
+        loaders.inbound.load_many = counting  # type: ignore[method-assign]
+        found = await walk(loaders, WIDE_TREE, ["in"], 2, 100, 50)
+    finally:
+        await session.close()
+        await conn.close()
+    assert found is not None and found.truncated
+    assert len(found.papers) <= 50 and len(found.edges) <= 50, (len(found.papers), len(found.edges))
+    # Every edge reaches a paper of the walk, and every paper but the start is reached by one.
+    ends = {o.citing.arxiv_id for o in found.edges.values()}
+    assert ends <= set(found.papers) and set(found.papers) - {WIDE_TREE} <= ends
+    # The first hop reads the start's 101 rows (100 and one to tell a cut); then the walk is full.
+    assert read and max(read) <= 101, read
 
 
 async def test_neighbourhood_both_directions(graph):
