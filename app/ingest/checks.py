@@ -180,6 +180,8 @@ JOIN LATERAL (
      AND NOT EXISTS (SELECT 1 FROM work_event_ends AS x WHERE x.work_id = e.work_id AND x.source = e.source
                      AND x.event_type = e.event_type AND x.observed_at = e.observed_at AND x.ended_at <= c.at))
 ) AS s ON true
+-- (a check of a work and source with no event stored lists none: nothing to compare)
+WHERE EXISTS (SELECT 1 FROM work_events AS e WHERE e.work_id = c.work_id AND e.source = c.source)
 ORDER BY c.origin LIMIT 1
 """
 

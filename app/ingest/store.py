@@ -137,9 +137,10 @@ def _insert_sql(t: Table, unique: bool = False, source: str = "stage_", width: i
     if unique and t.fact != "papers":
         # In key order: index pages fill left to right instead of at random.
         return f"INSERT INTO {t.name} ({columns}) SELECT {columns} FROM {source}{t.name} ORDER BY {order} ON CONFLICT DO NOTHING"
-    if t.lenient:
-        # A stored fact that left a lenient value out gets it (a paper's category, a reference's link or printed
-        # title); a value it has stays (a different one was refused as a conflict).
+    if t.fact == "papers":
+        # A stored snapshot that left its category out gets it; one it has stays (a different one was refused as
+        # a conflict). (Other tables' lenient values are filled in after the conflict checks, _fill_sql: an
+        # upsert would lock every row a load meets again, a rerun's million references.)
         return f"""
 INSERT INTO {t.name} ({columns})
 SELECT DISTINCT ON ({order}) {columns} FROM {source}{t.name}
@@ -147,21 +148,35 @@ ORDER BY {order}, {', '.join(f'{c} NULLS LAST' for c in t.lenient)}
 ON CONFLICT ({order}) DO UPDATE SET {', '.join(f'{c} = coalesce({t.name}.{c}, EXCLUDED.{c})' for c in t.lenient)}
 WHERE {' OR '.join(f'({t.name}.{c} IS NULL AND EXCLUDED.{c} IS NOT NULL)' for c in t.lenient)}
 """
+    lenient = "".join(f", {c} NULLS LAST" for c in t.lenient if c in (t.key + t.values)[:width])
     return f"""
 INSERT INTO {t.name} ({columns})
 SELECT DISTINCT ON ({order}) {columns} FROM {source}{t.name}
-ORDER BY {order}
+ORDER BY {order}{lenient}
 ON CONFLICT DO NOTHING
 """
 
 
+def _fill_sql(t: Table) -> str:
+    """Fill the lenient values a stored fact left out from a staged fact of its key that gives them (a reference
+    shown unlinked, then linked; a resolution's link): one join of the stage with the table, as a conflict check
+    is; a key with several staged facts giving different values in part may need a second pass."""
+    key = " AND ".join(f"x.{c} = f.{c}" for c in t.key)
+    wanted = " OR ".join(f"(x.{c} IS NULL AND s.{c} IS NOT NULL)" for c in t.lenient)
+    return f"""
+WITH fill AS (
+    SELECT DISTINCT ON ({', '.join(f's.{c}' for c in t.key)}) {', '.join(f's.{c}' for c in t.key + t.lenient)}
+    FROM stage_{t.name} AS s JOIN {t.name} AS x ON {' AND '.join(f'x.{c} = s.{c}' for c in t.key)}
+    WHERE {wanted}
+)
+UPDATE {t.name} AS x SET {', '.join(f'{c} = coalesce(x.{c}, f.{c})' for c in t.lenient)}
+FROM fill AS f WHERE {key}
+"""
+
+
 def _keeping_added(t: Table, insert: str) -> str:
-    """The insert, copying what it added into new_{table} (for the change log). A reference's link or printed title,
-    or a resolution's link, filled in on a stored row is no new fact (the resolution that shows it is); a paper's
-    category filled in counts, as a snapshot it completes."""
-    if t.lenient and t.fact != "papers":
-        return (f"WITH added AS ({insert} RETURNING {t.name} AS row_, xmax = 0 AS fresh_) "
-                f"INSERT INTO new_{t.name} SELECT (row_).* FROM added WHERE fresh_")
+    """The insert, copying what it added into new_{table} (for the change log; a paper's category filled in counts,
+    as a snapshot it completes)."""
     return f"WITH added AS ({insert} RETURNING *) INSERT INTO new_{t.name} SELECT * FROM added"
 
 
@@ -291,6 +306,7 @@ class Loader:
             if self.staged_unique and inserted == await self.conn.fetchval(f"SELECT count(*) FROM stage_{t.name}"):
                 continue
             await self._refuse_conflicts(t, only_stored=self.staged_unique)
+        await self._fill_lenient()
         await self._announce(added)
         return added
 
@@ -327,8 +343,25 @@ class Loader:
             for t in TABLES:
                 if t.values:
                     await self._refuse_conflicts(t)
+        await self._fill_lenient()
         await self._announce(added)
         return added
+
+    async def _fill_lenient(self) -> None:
+        """Stored facts get the lenient values they left out and a staged fact of their key gives (no new fact:
+        the resolution that shows a reference linked is one)."""
+        if self.all_new:
+            return  # (nothing was stored before: nothing to fill)
+        for t in TABLES:
+            if not t.lenient or t.fact == "papers" or self.widths.get(t.fact, len(t.key + t.values)) < len(
+                    t.key + t.values):
+                continue
+            if await self.conn.fetchval(f"SELECT (SELECT count(*) FROM stage_{t.name}) = "
+                                        f"(SELECT count(*) FROM new_{t.name})"):
+                continue  # every staged fact was new
+            for _ in t.lenient:  # (each pass fills at least one value of every key it touches)
+                if (await self.conn.execute(_fill_sql(t))).split()[-1] == "0":
+                    break
 
 
 CHANGE_LOG_LOCK = 7_411_000  # the advisory lock that orders change-log positions by commit
