@@ -156,3 +156,28 @@ async def test_one_check_listed_two_ways_in_one_file_is_refused(admin_url, docum
             await conn.close()
     finally:
         await drop_database(admin_url, url)
+
+
+async def test_a_document_that_drops_an_event_an_import_of_the_same_check_reported_is_refused(admin_url, documents,
+                                                                                             tmp_path):
+    """A store whose Retraction Watch files of T1 and T2 both report the retraction: the record of T2 from the
+    first store (whose T2 file no longer did) says that very check did not report it. Refused, nothing written."""
+    url = await sample_database(admin_url, "pith_test_docruns_import")
+    try:
+        for at in (T1, T2):
+            path = tmp_path / f"rw-{at[:10]}.csv"
+            path.write_text(rw_csv([RETRACTION, UNRELATED]))
+            imported(url, "retraction-watch", str(path), at=at)
+        conn = await asyncpg.connect(url)
+        try:
+            ends = await conn.fetchval("SELECT count(*) FROM work_event_ends")
+            path = tmp_path / "t2.json"
+            path.write_bytes(documents[T2])
+            with pytest.raises(ImportRejected) as refused:
+                await load_file(conn, str(path))
+            assert "leaves out the event retraction" in str(refused.value), refused.value
+            assert await conn.fetchval("SELECT count(*) FROM work_event_ends") == ends
+        finally:
+            await conn.close()
+    finally:
+        await drop_database(admin_url, url)

@@ -124,12 +124,12 @@ SELECT * FROM (
        AND r.observed_at BETWEEN d.observed_at AND d.listed_until AND r.xmin <> pg_current_xact_id()::xid
   WHERE d.new
   UNION ALL
-  -- a check leaves out an event that a later stored check, before any end of it, still reports
+  -- a check leaves out an event that a stored check (the same or a later one), before any end of it, still reports
   SELECT 4, d.work_id, d.source, d.event_type, d.observed_at, r.observed_at,
          (SELECT c.origin FROM doc_checks AS c WHERE c.work_id = d.work_id AND c.source = d.source
           AND c.at = d.unlisted)
   FROM doc_events AS d
-  JOIN standing_receipts AS r ON r.work_id = d.work_id AND r.source = d.source AND r.observed_at > d.unlisted
+  JOIN standing_receipts AS r ON r.work_id = d.work_id AND r.source = d.source AND r.observed_at >= d.unlisted
        AND r.observed_at < coalesce(d.ended_at, 'infinity') AND r.xmin <> pg_current_xact_id()::xid
   WHERE NOT d.new
 ) AS c ORDER BY k, origin, work_id, observed_at LIMIT 1
@@ -190,7 +190,8 @@ WHY = {
     2: "leaves out the event {event}, which a check of {source} at {at} or later still reports (or it was observed "
        "at this very check)",
     3: "lists the event {event}, but the check of {source} at {at}, stored before, did not report it",
-    4: "leaves out the event {event}, which the stored check of {source} at {at}, after this one, still reports",
+    4: "leaves out the event {event}, which the stored check of {source} at {at} (this one or a later one) still "
+       "reports",
 }
 
 
