@@ -21,8 +21,8 @@ pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 DOI = "10.48550/arxiv.2402.15627"  # a work CITING cites
 OTHER = "10.9999/unrelated.1"
-T1, T2, T3, T4 = ("2026-09-01T00:00:00Z", "2026-10-01T00:00:00Z", "2026-11-01T00:00:00Z",
-                  "2026-12-01T00:00:00Z")
+T1, T2, T3, T4, T5 = ("2026-08-15T00:00:00Z", "2026-09-01T00:00:00Z", "2026-09-15T00:00:00Z",
+                      "2026-10-01T00:00:00Z", "2026-10-15T00:00:00Z")
 RETRACTION = {"Title": "MegaScale", "Journal": "arXiv", "RetractionDate": "9/3/2018 0:00",
               "RetractionDOI": "10.9999/rw.retract", "OriginalPaperDOI": DOI, "RetractionNature": "Retraction",
               "OriginalPaperDate": "2/23/2018 0:00"}
@@ -44,13 +44,13 @@ def standing_of(document: bytes) -> list[tuple]:
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def documents(admin_url, tmp_path_factory) -> dict[str, bytes]:
     """CITING's record as of each check: the retraction reported (T1), no longer reported (T2, the row withdrawn),
-    not reported (T3), reported again (T4: a new run)."""
+    not reported (T3), reported again (T4: a new run), still (T5: the record shows the run of T4)."""
     url = await sample_database(admin_url, "pith_test_docruns")
     folder = tmp_path_factory.mktemp("rw")
     try:
         out = {}
         for at, rows in ((T1, [RETRACTION, UNRELATED]), (T2, [UNRELATED]), (T3, [UNRELATED]),
-                         (T4, [RETRACTION, UNRELATED])):
+                         (T4, [RETRACTION, UNRELATED]), (T5, [RETRACTION, UNRELATED])):
             path = folder / f"rw-{at[:10]}.csv"
             path.write_text(rw_csv(rows))
             imported(url, "retraction-watch", str(path), at=at)
@@ -84,14 +84,14 @@ async def _load_and_compare(admin_url: str, files: list[list[str]], documents: d
         await drop_database(admin_url, url)
 
 
-@pytest.mark.parametrize("order", sorted(set(itertools.permutations([T1, T2, T3, T4])))[::5]
-                         + [(T4, T3, T2, T1), (T2, T4, T1, T3)])
+@pytest.mark.parametrize("order", sorted(set(itertools.permutations([T1, T2, T3, T4, T5])))[::17]
+                         + [(T5, T4, T3, T2, T1), (T2, T4, T1, T3, T5), (T1, T5, T2, T3, T4), (T1, T5, T3, T2, T4)])
 async def test_documents_loaded_one_by_one_in_any_order_round_trip(admin_url, documents, order, tmp_path):
     await _load_and_compare(admin_url, [[at] for at in order], documents, tmp_path)
 
 
 async def test_documents_loaded_in_one_file_round_trip(admin_url, documents, tmp_path):
-    await _load_and_compare(admin_url, [[T3, T1, T4, T2]], documents, tmp_path)
+    await _load_and_compare(admin_url, [[T3, T1, T5, T4, T2]], documents, tmp_path)
 
 
 async def test_a_document_that_lists_an_event_another_document_ended_before_it_is_refused(admin_url, documents,

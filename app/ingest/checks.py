@@ -7,6 +7,8 @@ list had ended by it. Loaded alone, a document's own events stand at its checks;
 imports) of the same work at other instants, the ends follow from all of them, whatever the order:
 
 - an event a check no longer lists ends at the first such check after it was observed (an earlier end stays);
+- a run of an event ends, at the latest, where the same event's next run begins (observed again after a check that
+  no longer reported it);
 - an event new to the store ends at the first check of its source already stored after the last check that lists
   it (that check, made without it, did not report it);
 - a check that lists an event which had ended by then, or an event observed at a check the store already held
@@ -91,7 +93,13 @@ SELECT e.work_id, e.source, e.event_type, e.observed_at, e.xmin = pg_current_xac
        (SELECT min(c.at) FROM doc_checks AS c WHERE c.work_id = e.work_id AND c.source = e.source
         AND c.at >= e.observed_at
         AND NOT EXISTS (SELECT 1 FROM doc_listed AS l WHERE l.work_id = c.work_id AND l.source = c.source
-                        AND l.at = c.at AND l.event_type = e.event_type AND l.observed_at = e.observed_at)) AS unlisted
+                        AND l.at = c.at AND l.event_type = e.event_type AND l.observed_at = e.observed_at)) AS unlisted,
+       -- the same event's next run (observed again later, after a check that no longer reported it): this run
+       -- ended by then
+       (SELECT min(n.observed_at) FROM work_events AS n WHERE n.work_id = e.work_id AND n.source = e.source
+        AND n.event_type = e.event_type AND n.observed_at > e.observed_at
+        AND n.reported_at IS NOT DISTINCT FROM e.reported_at AND n.notice_doi IS NOT DISTINCT FROM e.notice_doi)
+       AS next_run
 FROM work_events AS e
 JOIN {_PAIRS} AS p ON p.work_id = e.work_id AND p.source = e.source
 LEFT JOIN work_event_ends AS x ON x.work_id = e.work_id AND x.source = e.source AND x.event_type = e.event_type
@@ -130,7 +138,8 @@ SELECT * FROM (
           AND c.at = d.unlisted)
   FROM doc_events AS d
   JOIN standing_receipts AS r ON r.work_id = d.work_id AND r.source = d.source AND r.observed_at >= d.unlisted
-       AND r.observed_at < coalesce(d.ended_at, 'infinity') AND r.xmin <> pg_current_xact_id()::xid
+       AND r.observed_at < coalesce(least(d.ended_at, d.next_run), 'infinity')
+       AND r.xmin <> pg_current_xact_id()::xid
   WHERE NOT d.new
 ) AS c ORDER BY k, origin, work_id, observed_at LIMIT 1
 """
@@ -140,7 +149,7 @@ SELECT * FROM (
 _ENDS = """
 INSERT INTO doc_ends
 SELECT work_id, source, event_type, observed_at, ended, ended_at FROM (
-  SELECT d.*, least(d.ended_at, d.unlisted,
+  SELECT d.*, least(d.ended_at, d.unlisted, d.next_run,
                     CASE WHEN d.new THEN (SELECT min(r.observed_at) FROM standing_receipts AS r
                                           WHERE r.work_id = d.work_id AND r.source = d.source
                                           AND r.observed_at > d.listed_until
