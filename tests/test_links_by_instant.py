@@ -109,3 +109,23 @@ async def test_records_on_both_sides_of_a_later_link_round_trip_in_either_order(
                 assert export(fresh, at) == document, (order, at)
         finally:
             await drop_database(admin_url, fresh)
+
+
+async def test_a_link_made_before_checks_imported_earlier_holds_at_them(admin_url, tmp_path):
+    """The citing work's snapshot of 15 October (its reference's work not described) imported before the
+    snapshot of 1 October that links it: from 1 October the reference is linked, at 15 October too, as date order
+    (1 September, 1 October, 15 October) gives; before 1 October it is not."""
+    later = "2026-10-15T00:00:00Z"
+    url = await build(admin_url, tmp_path, [T1])
+    try:
+        imported(url, "openalex", jsonl(tmp_path / "again.jsonl", ARXIV_WORK), at=later)
+        imported(url, "openalex", jsonl(tmp_path / "t2.jsonl", OTHER), at=T2)
+        async for served in serve(url, StatementLog()):
+            found = {at: await answers(served, at) for at in (T1, "2026-09-15T00:00:00Z", T2, later)}
+    finally:
+        await drop_database(admin_url, url)
+    linked = {at: f["reference"]["citedWork"]["doi"] for at, f in found.items()}
+    assert linked == {T1: None, "2026-09-15T00:00:00Z": None, T2: DOI, later: DOI}, linked
+    assert [f["reference"]["resolution"]["status"] for f in found.values()] == [
+        "UNRESOLVED", "UNRESOLVED", "VERIFIED_EXACT", "VERIFIED_EXACT"]
+    assert [f["flagged"] for f in found.values()] == [0, 0, 1, 1]

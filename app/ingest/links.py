@@ -30,6 +30,25 @@ FROM unlinked AS u JOIN citation_observations AS o ON o.observation_id = u.obser
 WHERE o.work_id IS NOT NULL
 """
 
+# An import links a reference at an instant before checks of the source that did not meet its work (snapshots
+# imported out of date order: the later one, without the work's description, first): date order would have kept
+# the link at those checks ("a reference linked by an earlier check stays linked", app/ingest/sources.py), so they
+# are made linked, as that rule makes them.
+_STAY_LINKED = """
+WITH unlinked AS (
+    SELECT DISTINCT r.observation_id FROM resolutions AS r
+    WHERE r.linked = false AND r.observation_id IN (SELECT observation_id FROM stage_resolutions)
+), first_linked AS (
+    SELECT DISTINCT ON (q.observation_id) q.observation_id, q.observed_at, q.resolver_source
+    FROM resolutions AS q JOIN unlinked USING (observation_id)
+    WHERE q.linked
+    ORDER BY q.observation_id, q.observed_at
+)
+UPDATE resolutions AS r SET status = 'verified_exact', resolver_source = f.resolver_source, linked = true
+FROM first_linked AS f
+WHERE r.observation_id = f.observation_id AND r.linked = false AND r.observed_at > f.observed_at
+"""
+
 _WRITE = """
 UPDATE citation_observations AS o SET linked_from = x.linked_from
 FROM unnest($1::uuid[], $2::timestamptz[]) AS x(observation_id, linked_from)
@@ -41,6 +60,8 @@ async def settle_links(conn: asyncpg.Connection, refuse: Callable[[str], Excepti
     """Set linked_from of the references whose resolutions are staged (before the stage is dropped); `refuse`:
     a document load's refusal of a reference shown linked and then, at a later resolution, unlinked (an import
     keeps a link it once met, so it never gives one). The number of references whose link moved."""
+    if refuse is None:  # an import (a document's resolutions are taken as they are, or refused)
+        await conn.execute(_STAY_LINKED)
     rows = await conn.fetch(_LINKED_FROM)
     changed = []
     for row in rows:
