@@ -370,8 +370,20 @@ class Importer:
                 "DELETE FROM work_snapshots AS w WHERE (w.work_id, w.observed_at) IN ("
                 "SELECT x.work_id, x.observed_at FROM stage_work_snapshots AS s CROSS JOIN LATERAL ("
                 "SELECT l.work_id, l.observed_at FROM work_snapshots AS l WHERE l.work_id = s.work_id "
-                "AND l.observed_at > s.observed_at AND l.metadata_source = any($1::text[]) "
+                "AND (l.observed_at > s.observed_at OR l.observed_at = s.observed_at "
+                "AND l.metadata_source IS DISTINCT FROM s.metadata_source) AND l.metadata_source = any($1::text[]) "
                 "AND (s.title IS NOT NULL OR l.title IS NULL) OFFSET 0) AS x)", list(FALLBACK_DESCRIBERS))
+            # Another source that describes works described one at this very instant (two sources' snapshots
+            # stamped with one date): that description stays, this one is counted, not stored (a work has one
+            # description an instant); the rest of what this import says of the work (its check, events, counts,
+            # references) is stored.
+            dropped = await self.conn.fetchval(
+                "WITH gone AS (DELETE FROM stage_work_snapshots AS s WHERE EXISTS (SELECT 1 FROM work_snapshots AS w "
+                "WHERE w.work_id = s.work_id AND w.observed_at = s.observed_at "
+                "AND w.metadata_source IS DISTINCT FROM s.metadata_source) RETURNING 1) SELECT count(*) FROM gone")
+            if dropped:
+                why = "work descriptions at an instant another source described the work at (that one kept)"
+                self.summary.skipped[why] = self.summary.skipped.get(why, 0) + dropped
             # Works described by this import were also checked by every whole-database check since.
             await self.conn.execute(
                 "INSERT INTO stage_standing_receipts (work_id, source, observed_at, origin) "
