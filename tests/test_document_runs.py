@@ -94,17 +94,27 @@ async def test_documents_loaded_in_one_file_round_trip(admin_url, documents, tmp
     await _load_and_compare(admin_url, [[T3, T1, T5, T4, T2]], documents, tmp_path)
 
 
+async def retracted_at(admin_url: str, tmp_path, instants: tuple[str, ...]) -> str:
+    """Another store: the sample, with Retraction Watch files reporting the retraction at each instant."""
+    url = await sample_database(admin_url, "pith_test_docruns_other")
+    try:
+        for at in instants:
+            path = tmp_path / f"rw-{at[:10]}.csv"
+            path.write_text(rw_csv([RETRACTION, UNRELATED]))
+            imported(url, "retraction-watch", str(path), at=at)
+    except BaseException:
+        await drop_database(admin_url, url)
+        raise
+    return url
+
+
 async def test_a_document_that_lists_an_event_another_document_ended_before_it_is_refused(admin_url, documents,
                                                                                            tmp_path):
     """T2's document says the retraction (observed at T1) no longer stood at T2. Another store, whose Retraction
     Watch files of T1 and T3 both report it, gives a record at T3 that lists the same event as standing since T1:
     loaded after the first two, it contradicts them, and it is refused, naming the event; nothing is stored."""
-    other = await sample_database(admin_url, "pith_test_docruns_other")
+    other = await retracted_at(admin_url, tmp_path, (T1, T3))
     try:
-        for at in (T1, T3):
-            path = tmp_path / f"rw-{at[:10]}.csv"
-            path.write_text(rw_csv([RETRACTION, UNRELATED]))
-            imported(other, "retraction-watch", str(path), at=at)
         contradicting = exported(other, T3)
     finally:
         await drop_database(admin_url, other)
@@ -162,12 +172,8 @@ async def test_a_document_that_drops_an_event_an_import_of_the_same_check_report
                                                                                              tmp_path):
     """A store whose Retraction Watch files of T1 and T2 both report the retraction: the record of T2 from the
     first store (whose T2 file no longer did) says that very check did not report it. Refused, nothing written."""
-    url = await sample_database(admin_url, "pith_test_docruns_import")
+    url = await retracted_at(admin_url, tmp_path, (T1, T2))
     try:
-        for at in (T1, T2):
-            path = tmp_path / f"rw-{at[:10]}.csv"
-            path.write_text(rw_csv([RETRACTION, UNRELATED]))
-            imported(url, "retraction-watch", str(path), at=at)
         conn = await asyncpg.connect(url)
         try:
             ends = await conn.fetchval("SELECT count(*) FROM work_event_ends")
