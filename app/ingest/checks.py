@@ -204,6 +204,13 @@ WHY = {
 }
 
 
+async def _named(conn: asyncpg.Connection, work_id: UUID) -> str:
+    """A work as a refusal names it: its id, and its DOI where it has one."""
+    doi = await conn.fetchval("SELECT doi FROM work_snapshots WHERE work_id = $1 AND doi IS NOT NULL "
+                              "ORDER BY observed_at DESC LIMIT 1", work_id)
+    return f"{work_id} (DOI {doi})" if doi else str(work_id)
+
+
 async def settle(conn: asyncpg.Connection, ledger: CheckLedger) -> int:
     """Derive the ends the file's checks imply, refuse a file that contradicts the store, verify every check; the
     number of ends added or moved earlier (each announced to the citing papers as the importers' ends are)."""
@@ -222,7 +229,7 @@ async def settle(conn: asyncpg.Connection, ledger: CheckLedger) -> int:
     await conn.execute("ANALYZE doc_events")
     bad = await conn.fetchrow(_CONTRADICTIONS)
     if bad is not None:
-        event = f"{bad['event_type']} of work {bad['work_id']} by {bad['source']} observed " \
+        event = f"{bad['event_type']} of work {await _named(conn, bad['work_id'])} by {bad['source']} observed " \
                 f"{record.offset_time(bad['observed_at'])}"
         raise ledger.refuse(bad["origin"] or "the file", "standing_notice.events: the notice " + WHY[bad["k"]].format(
             event=event, source=bad["source"], at=record.offset_time(bad["at"])))
@@ -234,7 +241,8 @@ async def settle(conn: asyncpg.Connection, ledger: CheckLedger) -> int:
     if wrong is not None:
         what = "lists" if wrong["listed"] else "leaves out"
         raise ledger.refuse(wrong["origin"], (
-            f"standing_notice.events: the notice's check of work {wrong['work_id']} by {wrong['source']} at "
+            f"standing_notice.events: the notice's check of work {await _named(conn, wrong['work_id'])} by "
+            f"{wrong['source']} at "
             f"{record.offset_time(wrong['at'])} {what} the event {wrong['event_type']} observed "
             f"{record.offset_time(wrong['observed_at'])}, which the other documents and the store say "
             + ("had ended by then" if wrong["listed"] else "still stood then")))
