@@ -111,11 +111,13 @@ def _staged_conflict_sql(t: Table) -> str:
     compared = tuple(c for c in t.values if c not in t.lenient)
     source = f"stage_{t.name}"
     categories = "false"
-    if t.lenient:  # each lenient value counted apart: one given and one left out agree, two different ones do not
-        counts = ", ".join(f"count(DISTINCT {c}) AS n_{c}" for c in t.lenient)
+    if t.lenient:  # each lenient value apart: one given and one left out agree, two different ones do not
+        # (the least and the greatest given differ: two plain aggregates, where count(DISTINCT ...) sorted the
+        # stage once per value)
+        spans = ", ".join(f"min({c}::text) IS DISTINCT FROM max({c}::text) AS n_{c}" for c in t.lenient)
         source = (f"(SELECT st.*, {', '.join(f'c.n_{c}' for c in t.lenient)} FROM stage_{t.name} AS st JOIN "
-                  f"(SELECT {key}, {counts} FROM stage_{t.name} GROUP BY {key}) AS c USING ({key}))")
-        categories = " OR ".join(f"f.n_{c} > 1" for c in t.lenient)
+                  f"(SELECT {key}, {spans} FROM stage_{t.name} GROUP BY {key}) AS c USING ({key}))")
+        categories = " OR ".join(f"f.n_{c}" for c in t.lenient)
     firsts = ", ".join(f"first_value({c}) OVER w AS first_{c}" for c in t.values)
     return f"""
 SELECT f.origin, {', '.join(f'f.{c}' for c in t.key + t.values)},
