@@ -91,10 +91,10 @@ def detail_joins(outer: bool = False) -> str:
     return ("LEFT " if outer else "") + _DETAIL_JOINS_AFTER_CITING
 
 
-def _latest(table: str, key: str, on: str) -> str:
+def _latest(table: str, key: str, on: str, also: str = "") -> str:
     return f"""(
     SELECT * FROM {table} AS s
-    WHERE s.{key} = o.{on} AND s.observed_at <= $AS
+    WHERE s.{key} = o.{on} AND s.observed_at <= $AS{also}
     ORDER BY s.observed_at DESC LIMIT 1
 )"""
 
@@ -105,8 +105,8 @@ LATERALS: Final = {
     "c": "JOIN LATERAL " + _latest("paper_snapshots", "arxiv_id", "citing_arxiv_id") + " AS c ON true",
     "d": "LEFT JOIN LATERAL " + _latest("paper_snapshots", "arxiv_id", "cited_arxiv_id") + " AS d ON true",
     # (the work only while the observation holds its link: linked_sql)
-    "w": "LEFT JOIN LATERAL " + _latest("work_snapshots", "work_id", "work_id").replace(
-        "s.observed_at <= $AS", "s.observed_at <= $AS AND " + linked_sql("o")) + " AS w ON true",
+    "w": "LEFT JOIN LATERAL " + _latest("work_snapshots", "work_id", "work_id", " AND " + linked_sql("o"))
+    + " AS w ON true",
     "r": "LEFT JOIN LATERAL " + _latest("resolutions", "observation_id", "observation_id") + " AS r ON true",
 }
 _DETAIL_JOINS_AFTER_CITING: Final = "\n".join(LATERALS.values())

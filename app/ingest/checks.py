@@ -73,14 +73,12 @@ def _events(listed: tuple) -> str:
 
 # Each statement runs in the load's transaction, after every document's facts were merged. An event or a receipt
 # this transaction wrote has its id as xmin: the others were stored before the file.
-_STATEMENTS = (
-    """CREATE TEMP TABLE doc_checks (work_id uuid, source text, at timestamptz, origin text,
+_TABLES = """CREATE TEMP TABLE doc_checks (work_id uuid, source text, at timestamptz, origin text,
                                      PRIMARY KEY (work_id, source, at)) ON COMMIT DROP;
     CREATE TEMP TABLE doc_listed (work_id uuid, source text, at timestamptz, event_type text,
                                   observed_at timestamptz) ON COMMIT DROP;
     CREATE TEMP TABLE doc_ends (work_id uuid, source text, event_type text, observed_at timestamptz,
-                                ended_at timestamptz, old_end timestamptz) ON COMMIT DROP""",
-)
+                                ended_at timestamptz, old_end timestamptz) ON COMMIT DROP"""
 
 _PAIRS = "(SELECT DISTINCT work_id, source FROM doc_checks)"
 
@@ -216,8 +214,7 @@ async def settle(conn: asyncpg.Connection, ledger: CheckLedger) -> int:
     number of ends added or moved earlier (each announced to the citing papers as the importers' ends are)."""
     if not ledger.checks:
         return 0
-    for statement in _STATEMENTS:
-        await conn.execute(statement)
+    await conn.execute(_TABLES)
     await conn.copy_records_to_table(
         "doc_checks", columns=["work_id", "source", "at", "origin"],
         records=[(w, s, at, ledger.origins[(w, s, at)]) for (w, s, at) in ledger.checks])

@@ -16,13 +16,16 @@ import asyncpg
 
 # The references whose resolutions this import or load staged, that hold a link and have a resolution without it:
 # each one's linked_from, with the last unlinked resolution when no linked one follows it.
-_LINKED_FROM = """
+# The staged references with a resolution that did not hold the link, and the last such.
+_UNLINKED = """
 WITH unlinked AS (
     SELECT r.observation_id, max(r.observed_at) AS last_unlinked
     FROM resolutions AS r
     WHERE r.linked = false AND r.observation_id IN (SELECT observation_id FROM stage_resolutions)
     GROUP BY r.observation_id
-)
+)"""
+
+_LINKED_FROM = _UNLINKED + """
 SELECT u.observation_id, u.last_unlinked, o.linked_from AS stored,
        (SELECT min(r.observed_at) FROM resolutions AS r WHERE r.observation_id = u.observation_id
         AND r.linked IS NOT FALSE AND r.observed_at > u.last_unlinked) AS linked_from
@@ -34,11 +37,7 @@ WHERE o.work_id IS NOT NULL
 # imported out of date order: the later one, without the work's description, first): date order would have kept
 # the link at those checks ("a reference linked by an earlier check stays linked", app/ingest/sources.py), so they
 # are made linked, as that rule makes them.
-_STAY_LINKED = """
-WITH unlinked AS (
-    SELECT DISTINCT r.observation_id FROM resolutions AS r
-    WHERE r.linked = false AND r.observation_id IN (SELECT observation_id FROM stage_resolutions)
-), first_linked AS (
+_STAY_LINKED = _UNLINKED + """, first_linked AS (
     SELECT DISTINCT ON (q.observation_id) q.observation_id, q.observed_at, q.resolver_source
     FROM resolutions AS q JOIN unlinked USING (observation_id)
     WHERE q.linked
