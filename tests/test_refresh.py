@@ -344,3 +344,52 @@ async def test_sources_stamped_with_the_same_instant_all_import(admin_url, tmp_p
     assert receipts == {"retraction_watch", "crossref", "openalex"} and {"crossref", "openalex"} <= measured
     later = [s for s in summaries[1:] if "another source described the work at" in s]
     assert later or snapshots[0]["metadata_source"] == "retraction_watch", summaries
+
+
+KEPT = """query($at: DateTime) { works(asOf: $at, first: 10) { nodes { doi title venue year metadataSource } } }"""
+
+
+async def test_values_a_description_keeps_are_those_date_order_keeps(admin_url, tmp_path):
+    """A source's description keeps what its source does not give (a venue, a year) from the work's latest earlier
+    description, whichever source gave it: Retraction Watch's Journal (1 September), kept by OpenAlex's description
+    without a venue (1 October), whose year is kept by a Crossref record giving only a title (1 November). Imported
+    in reverse date order, or with the earliest last, every instant answers as date order does (constructed rows
+    in the published layouts)."""
+    doi = "10.1000/kept.1"
+    rw = tmp_path / "rw.csv"
+    rw.write_text(rw_csv([{"Title": "Kept", "Journal": "Journal of Keeping", "RetractionDate": "1/2/2020 0:00",
+                           "RetractionDOI": "10.9999/kept", "OriginalPaperDOI": doi, "RetractionNature": "Retraction"}]))
+    files = {"retraction-watch": ("2026-09-01T00:00:00Z", str(rw)),
+             "openalex": ("2026-10-01T00:00:00Z", jsonl(tmp_path / "oa.jsonl", {
+                 "id": "https://openalex.org/W7000000002", "doi": f"https://doi.org/{doi}", "title": "Kept (OpenAlex)",
+                 "publication_year": 2019, "cited_by_count": 4})),
+             "crossref": ("2026-11-01T00:00:00Z", jsonl(tmp_path / "cr.jsonl", {
+                 "DOI": doi, "title": ["Kept (Crossref)"], "type": "journal-article", "is-referenced-by-count": 3}))}
+    orders = {"date order": ["retraction-watch", "openalex", "crossref"],
+              "reverse": ["crossref", "openalex", "retraction-watch"],
+              "earliest last": ["openalex", "crossref", "retraction-watch"]}
+    instants = ["2026-09-15T00:00:00Z", "2026-10-15T00:00:00Z", "2026-11-15T00:00:00Z"]
+    found = {}
+    for name, order in orders.items():
+        url = await sample_database(admin_url, "pith_test_kept")
+        try:
+            for source in order:
+                at, path = files[source]
+                imported(url, source, path, at=at, extra=("--partial",) if source == "retraction-watch" else ())
+            async for served in serve(url, StatementLog()):
+                answers = []
+                for at in instants:
+                    body = await served.graphql(KEPT, {"at": at})
+                    assert "errors" not in body, body
+                    answers.append([w for w in body["data"]["works"]["nodes"] if w["doi"] == doi])
+                found[name] = answers
+        finally:
+            await drop_database(admin_url, url)
+    assert found["date order"] == [
+        [{"doi": doi, "title": "Kept", "venue": "Journal of Keeping", "year": None, "metadataSource": "retraction_watch"}],
+        [{"doi": doi, "title": "Kept (OpenAlex)", "venue": "Journal of Keeping", "year": 2019,
+          "metadataSource": "openalex"}],
+        [{"doi": doi, "title": "Kept (Crossref)", "venue": "Journal of Keeping", "year": 2019,
+          "metadataSource": "crossref"}]]
+    for name in orders:
+        assert found[name] == found["date order"], name

@@ -39,7 +39,7 @@ from asyncpg.pgproto.pgproto import UUID as PgUUID
 from app.ingest.doi import arxiv_id_of_doi, normalize_doi
 from app.ingest.document import Facts
 from app.ingest.links import settle_links
-from app.ingest.store import TABLES, ImportRejected, Loader, append_ends
+from app.ingest.store import KEPT_BITS, TABLES, ImportRejected, Loader, append_ends
 
 SOURCES = ("crossref", "retraction-watch", "openalex", "arxiv", "opencitations")
 SOURCE_NAMES = {"crossref": "crossref", "retraction-watch": "retraction_watch", "openalex": "openalex",
@@ -63,6 +63,13 @@ CROSSREF_RELATIONS = {"is-retracted-by": "retraction", "has-retraction": "retrac
 STANDING_SOURCES = ("crossref", "retraction_watch", "openalex")
 # Sources that describe a work only when no snapshot of it (or none with a title) is there at their instant.
 CROSSREF_REFERENCE = "crossref_reference"  # a work known only from a Crossref reference to it
+def _kept(title: str | None, venue: str | None, year: int | None) -> int:
+    """work_snapshots.kept of an import's description: the values its source did not give (kept from the work's
+    latest earlier description), and the Pith paper, which only a v1 document states (migration 0024)."""
+    return (not title) * KEPT_BITS["title"] | (not venue) * KEPT_BITS["venue"] | (not year) * KEPT_BITS["year"] \
+        | KEPT_BITS["pith_arxiv_id"]
+
+
 FALLBACK_DESCRIBERS = ("retraction_watch", "opencitations", CROSSREF_REFERENCE)
 # Staged facts of one import with the same key: which one stands (app.ingest.store stages every batch).
 DEDUPE = (("work_events", "work_id, source, event_type, observed_at", "reported_at DESC NULLS LAST, ctid DESC"),
@@ -686,7 +693,8 @@ class Importer:
             keep = latest if latest is not None else {}
             facts.works[(work_id, at)] = (
                 keep.get("arxiv_id") or arxiv_id, doi, source, keep.get("pith_arxiv_id"),
-                report.title or keep.get("title"), report.venue or keep.get("venue"), report.year or keep.get("year"))
+                report.title or keep.get("title"), report.venue or keep.get("venue"), report.year or keep.get("year"),
+                _kept(report.title, report.venue, report.year))
         # (The whole Retraction Watch database's check gives every work described by then its receipt: those
         # need none of their own, and a refresh stages each once, not twice.)
         if source in STANDING_SOURCES and not (self.whole_database and latest is not None):
@@ -813,7 +821,7 @@ class Importer:
                     and (work_id, self.at) not in facts.works:
                 if self.source == "crossref":
                     facts.works[(work_id, self.at)] = (arxiv_id_of_doi(r.doi or ""), r.doi, CROSSREF_REFERENCE, None,
-                                                       r.title, None, r.year)
+                                                       r.title, None, r.year, _kept(r.title, None, r.year))
                 else:
                     report = WorkReport(title=r.title, year=r.year, snapshot=True)
                     self._work_facts(facts, work_id, r.doi or "", report, None)

@@ -13,7 +13,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import IO, Any, Iterator
+from typing import IO, Any, Final, Iterator
 
 import asyncpg
 import orjson
@@ -32,6 +32,8 @@ class Table:
     # Values one fact may leave out (NULL) and another of its key give (app.ingest.document.LENIENT_POSITIONS):
     # they agree, and the stored fact gets the value; two different values contradict each other.
     lenient: tuple[str, ...] = ()
+    # Stored with the fact, never compared: how an importer made it (a v1 document leaves them NULL).
+    carried: tuple[str, ...] = ()
 
 
 # In insert order: resolutions refer to observations.
@@ -39,7 +41,7 @@ TABLES: tuple[Table, ...] = (
     Table("papers", "paper_snapshots", ("arxiv_id", "observed_at"),
           ("title", "latest_version", "primary_category", "submitted_at", "last_updated"), ("primary_category",)),
     Table("works", "work_snapshots", ("work_id", "observed_at"),
-          ("arxiv_id", "doi", "metadata_source", "pith_arxiv_id", "title", "venue", "year")),
+          ("arxiv_id", "doi", "metadata_source", "pith_arxiv_id", "title", "venue", "year"), carried=("kept",)),
     Table("observations", "citation_observations", ("observation_id",),
           ("citing_arxiv_id", "reference_index", "source", "source_observed_at", "cited_arxiv_id", "work_id",
            "printed_title", "printed_year"), ("cited_arxiv_id", "work_id", "printed_title", "printed_year")),
@@ -134,7 +136,7 @@ LIMIT 1
 def _insert_sql(t: Table, unique: bool = False, source: str = "stage_", width: int | None = None) -> str:
     """Set-based insert from the stage (or a batch of it: source="batch_"); unique=True when staged keys are
     known to be distinct; width: the staged rows give only the table's first so many columns (Loader.stage_rows)."""
-    columns = ", ".join((t.key + t.values)[:width])
+    columns = ", ".join((t.key + t.values + t.carried)[:width])
     order = ", ".join(t.key)
     if unique and t.fact != "papers":
         # In key order: index pages fill left to right instead of at random.
@@ -282,7 +284,8 @@ class Loader:
             if rows:  # (rows may leave out the table's last values: a resolution's link, NULL: not known)
                 self.widths[t.fact] = len(rows[0])
                 await self.conn.copy_records_to_table(f"stage_{t.name}", records=[r + (origin,) for r in rows],
-                                                      columns=list((t.key + t.values)[:len(rows[0])]) + ["origin"])
+                                                      columns=list((t.key + t.values + t.carried)[:len(rows[0])])
+                                                      + ["origin"])
 
     async def finish(self) -> int:
         if self.merge_each_batch:
@@ -309,6 +312,7 @@ class Loader:
                 continue
             await self._refuse_conflicts(t, only_stored=self.staged_unique)
         await self._fill_lenient()
+        await self._fill_kept()
         await self._announce(added)
         return added
 
@@ -346,6 +350,7 @@ class Loader:
                 if t.values:
                     await self._refuse_conflicts(t)
         await self._fill_lenient()
+        await self._fill_kept()
         await self._announce(added)
         return added
 
@@ -364,6 +369,34 @@ class Loader:
             for _ in t.lenient:  # (each pass fills at least one value of every key it touches)
                 if (await self.conn.execute(_fill_sql(t))).split()[-1] == "0":
                     break
+
+    async def _fill_kept(self) -> None:
+        """A work snapshot added before later snapshots of its work (sources imported out of date order): the values
+        those kept from an earlier description (work_snapshots.kept) become what date order would have kept."""
+        if not self.all_new:
+            await self.conn.execute(FILL_KEPT)
+
+
+def _kept_value(column: str, bit: int) -> str:
+    """A later snapshot's value: its own, or (kept) that of the latest earlier snapshot that gave its own."""
+    return (f"CASE WHEN l.kept & {bit} = 0 THEN l.{column} ELSE (SELECT s.{column} FROM work_snapshots AS s "
+            f"WHERE s.work_id = l.work_id AND s.observed_at < l.observed_at AND coalesce(s.kept, 0) & {bit} = 0 "
+            f"ORDER BY s.observed_at DESC LIMIT 1) END AS {column}")
+
+
+KEPT_BITS: Final = {"title": 1, "venue": 2, "year": 4, "pith_arxiv_id": 8}  # migration 0024
+# (One probe of each added snapshot's work for later snapshots: none, when sources arrive in date order.)
+FILL_KEPT: Final = f"""
+UPDATE work_snapshots AS w SET {', '.join(f'{c} = f.{c}' for c in KEPT_BITS)}
+FROM (
+    SELECT l.work_id, l.observed_at, {', '.join(_kept_value(c, bit) for c, bit in KEPT_BITS.items())}
+    FROM (SELECT work_id, min(observed_at) AS since FROM new_work_snapshots GROUP BY work_id) AS n
+    JOIN work_snapshots AS l ON l.work_id = n.work_id AND l.observed_at > n.since
+    WHERE l.kept <> 0
+) AS f
+WHERE w.work_id = f.work_id AND w.observed_at = f.observed_at
+  AND ({', '.join(f'w.{c}' for c in KEPT_BITS)}) IS DISTINCT FROM ({', '.join(f'f.{c}' for c in KEPT_BITS)})
+"""
 
 
 CHANGE_LOG_LOCK = 7_411_000  # the advisory lock that orders change-log positions by commit
