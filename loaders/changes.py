@@ -67,9 +67,11 @@ ch AS (
     WHERE (o.cited_arxiv_id = $1 OR o.citing_arxiv_id = $1) AND o.visible_from > $2 AND o.visible_from <= $3
     UNION ALL
     SELECT 'RESOLUTION_CHANGED', r.observed_at, r.observation_id, NULL, NULL,
-           jsonb_build_object('status', upper(coalesce((
-               SELECT p.status FROM resolutions AS p WHERE p.observation_id = r.observation_id
-                 AND p.observed_at < r.observed_at ORDER BY p.observed_at DESC LIMIT 1), '{UNRESOLVED}'))),
+           coalesce((  -- (both sides in one shape: before its first resolution, a reference is unresolved)
+               SELECT jsonb_build_object('status', upper(p.status), 'resolverSource', p.resolver_source)
+               FROM resolutions AS p WHERE p.observation_id = r.observation_id
+                 AND p.observed_at < r.observed_at ORDER BY p.observed_at DESC LIMIT 1),
+               jsonb_build_object('status', upper('{UNRESOLVED}'), 'resolverSource', NULL)),
            jsonb_build_object('status', upper(r.status), 'resolverSource', r.resolver_source)
     FROM shown CROSS JOIN LATERAL (  -- probed per observation shown (OFFSET 0: the generic plan otherwise
         SELECT * FROM resolutions AS q  -- hashed every resolution of the graph to join the few of one paper)

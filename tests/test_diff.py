@@ -312,3 +312,19 @@ async def test_bad_timeline_arguments_are_bad_user_input(synthetic, variables, m
     body = await served.graphql(TIMELINE, {"id": papers[0], "first": 10, **variables})
     error = body["errors"][0]
     assert error["extensions"]["code"] == "BAD_USER_INPUT" and message in error["message"], error
+
+
+async def test_a_resolution_change_gives_both_sides_in_one_shape(synthetic):
+    """Before its first resolution a reference is unresolved: the first change's previous side says so in the shape
+    of the current side (status and resolverSource), as every later change's does."""
+    served, _, papers, low, high, _ = synthetic
+    query = """query($id: String!, $from: DateTime!, $to: DateTime!) { recordDiff(arxivId: $id, from: $from,
+      to: $to, kinds: [RESOLUTION_CHANGED]) { changes { kind previous current } } }"""
+    seen = 0
+    for paper in papers[:20]:
+        body = await served.graphql(query, {"id": paper, "from": whole(low), "to": whole(high)})
+        assert "errors" not in body, body
+        for change in (body["data"]["recordDiff"] or {"changes": []})["changes"]:
+            assert set(change["previous"]) == set(change["current"]) == {"status", "resolverSource"}, change
+            seen += 1
+    assert seen > 0
