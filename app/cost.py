@@ -489,17 +489,73 @@ def statement_share(costing: Costing, selection_set: SelectionSetNode | None) ->
     statement, so a field counts once however many items it is asked for) and a row for each id a root
     field names. Fields priced with their statements (timeline, diff, ...) count too: an upper bound."""
     count, rows, enough = 0, 0, MAX_COST // PRICES["statement"] + 1  # past the limit: no need to count further
+    stack: list[tuple[SelectionSetNode | None, int, str | None]] = []
     for field in costing.fields(selection_set):
         if field.selection_set is not None:
             ids = next((costing.args(field).get(a) for a in ("arxivIds", "ids") if a in costing.args(field)), None)
             rows += len(ids) if isinstance(ids, list) else 1
-    stack = [selection_set]
+            count += 1
+            # nodes(ids:) answers each id as of its own instant: below it, a field loads once per instant, but
+            # for the lookups batched across instants (the nodes themselves, standing).
+            instants = _instants(ids) if field.name.value == "nodes" and isinstance(ids, list) else 1
+            stack.append((field.selection_set, instants, None))
     while stack and count < enough:
-        for field in costing.fields(stack.pop()):
-            if field.selection_set is not None:
-                count += 1
-                stack.append(field.selection_set)
+        below, instants, parent = stack.pop()
+        for field, kind in _typed_fields(costing, below, parent):
+            name = field.name.value
+            if field.selection_set is not None or instants > 1 and name in PER_INSTANT_LEAVES.get(
+                    kind, PER_INSTANT_LEAVES[None]):
+                once = name in ACROSS_INSTANTS or name in ROW_FIELDS
+                count += 1 if once else instants
+                if field.selection_set is not None:  # (a standing's parts come with it)
+                    stack.append((field.selection_set, 1 if name in ACROSS_INSTANTS else instants,
+                                  ROW_KINDS.get(name)))
     return PRICES["statement"] * count + rows
+
+
+def _typed_fields(costing: Costing, selection_set: SelectionSetNode | None, kind: str | None = None,
+                  seen: frozenset[str] = frozenset()) -> Iterator[tuple[FieldNode, str | None]]:
+    """Costing.fields, each with the type its fragment names (None: not said)."""
+    if selection_set is None:
+        return
+    for selection in selection_set.selections:
+        if isinstance(selection, FieldNode):
+            yield selection, kind
+        elif isinstance(selection, InlineFragmentNode):
+            condition = selection.type_condition.name.value if selection.type_condition else kind
+            yield from _typed_fields(costing, selection.selection_set, condition, seen)
+        elif isinstance(selection, FragmentSpreadNode):
+            name = selection.name.value
+            if name in seen or name not in costing.fragments:
+                continue
+            fragment = costing.fragments[name]
+            yield from _typed_fields(costing, fragment.selection_set, fragment.type_condition.name.value,
+                                     seen | {name})
+
+
+# Fields whose loaders batch one request's instants into one statement (loaders.dataloaders.AcrossInstants), and
+# leaves that load per instant (a paper's DOI; a connection's count).
+ACROSS_INSTANTS: Final = frozenset({"standing", "standingNotice", "retracted"})
+PER_INSTANT_LEAVES: Final = {None: frozenset({"doi", "totalCount"}), "Paper": frozenset({"doi", "totalCount"}),
+                              "Work": frozenset(), "CitationObservation": frozenset()}
+ROW_KINDS: Final = {"citingPaper": "Paper", "citedPaper": "Paper", "citedWork": "Work"}
+# Fields read from the row of the statement above them (a page's wrappers, an observation's papers, work and
+# resolution): no statement per instant of their own.
+ROW_FIELDS: Final = frozenset({"edges", "node", "nodes", "pageInfo", "citingPaper", "citedPaper", "citedWork",
+                               "resolution"})
+
+
+def _instants(ids: list) -> int:
+    """How many instants the global ids name (those that name none: now), as nodes(ids:) answers them."""
+    from app.cursors import decode_token
+    named = set()
+    for value in ids:
+        try:
+            text = decode_token(value) if isinstance(value, str) else ""
+        except Exception:  # (not an id: execution refuses it)
+            text = ""
+        named.add(text.rpartition("@")[2] if "@" in text else None)
+    return max(1, len(named))
 
 
 def size_read(papers: int) -> int:

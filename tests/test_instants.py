@@ -260,3 +260,23 @@ async def test_the_cli_reads_a_date_and_the_future_as_the_api_does(database_url)
     assert json.loads(future.stdout)["context_digest"] == json.loads(now.stdout)["context_digest"]
     bad = export("--as-of", "2026-08-09T10:00")
     assert bad.returncode == 2 and "no time zone" in bad.stderr
+
+
+@pytest.mark.parametrize("shape", [
+    "... on Paper { title doi externalCitationMeasurements { source count } }",
+    "... on Paper { inbound(first: 10) { totalCount edges { node { citingPaper { title } } } } }",
+    "... on Paper { outbound(first: 10) { totalCount nodes { citedWork { title standing { state } } } } }",
+    "...P } } fragment P on Paper { inbound(first: 5) { nodes { citingPaper { doi inbound(first: 5) { totalCount } } }"])
+async def test_nodes_at_many_instants_are_priced_at_least_the_work_they_do(travel, shape):
+    """Below nodes(ids:), a page, a count, a DOI or a count of measurements loads once per instant the ids name
+    (only the lookups of the nodes themselves and their standing batch across instants): the price counts them
+    so, and is never below the work the answer did."""
+    from datetime import datetime, timedelta, timezone
+
+    base = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    ids = [encode_token(f"Paper:{ROOT}@{(base + timedelta(days=i)).strftime('%Y-%m-%dT%H:%M:%SZ')}")
+           for i in range(99)]
+    body = await travel.graphql("query($ids: [ID!]!) { nodes(ids: $ids) { id %s } }" % shape, {"ids": ids})
+    assert "errors" not in body, body
+    cost = body["extensions"]["cost"]
+    assert cost["statements"] > 99 and cost["requested"] >= cost["actual"], cost
