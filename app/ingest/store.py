@@ -385,14 +385,16 @@ def _kept_value(column: str, bit: int) -> str:
 
 
 KEPT_BITS: Final = {"title": 1, "venue": 2, "year": 4, "pith_arxiv_id": 8}  # migration 0024
-# (One probe of each added snapshot's work for later snapshots: none, when sources arrive in date order.)
+# One probe of each added snapshot's work for later snapshots (none, when sources arrive in date order), whatever
+# the statistics say: as a join, a refresh planned `kept <> 0` at one row while tens of thousands had it, and
+# compared every added snapshot with each of them (a monthly refresh slower each month until ANALYZE).
 FILL_KEPT: Final = f"""
 UPDATE work_snapshots AS w SET {', '.join(f'{c} = f.{c}' for c in KEPT_BITS)}
 FROM (
     SELECT l.work_id, l.observed_at, {', '.join(_kept_value(c, bit) for c, bit in KEPT_BITS.items())}
     FROM (SELECT work_id, min(observed_at) AS since FROM new_work_snapshots GROUP BY work_id) AS n
-    JOIN work_snapshots AS l ON l.work_id = n.work_id AND l.observed_at > n.since
-    WHERE l.kept <> 0
+    CROSS JOIN LATERAL (SELECT * FROM work_snapshots AS x WHERE x.work_id = n.work_id AND x.observed_at > n.since
+                        AND x.kept <> 0 OFFSET 0) AS l
 ) AS f
 WHERE w.work_id = f.work_id AND w.observed_at = f.observed_at
   AND ({', '.join(f'w.{c}' for c in KEPT_BITS)}) IS DISTINCT FROM ({', '.join(f'f.{c}' for c in KEPT_BITS)})
