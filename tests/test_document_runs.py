@@ -187,3 +187,28 @@ async def test_a_document_that_drops_an_event_an_import_of_the_same_check_report
             await conn.close()
     finally:
         await drop_database(admin_url, url)
+
+
+REINSTATEMENT = {**RETRACTION, "RetractionDate": "4/4/2022 0:00", "RetractionDOI": "10.9999/rw.back",
+                 "RetractionNature": "Reinstatement"}
+
+
+@pytest.mark.parametrize("order", [(T1, T5), (T5, T1)])
+async def test_a_later_document_loaded_first_leaves_its_earlier_checks_open(admin_url, tmp_path, order):
+    """Records of one store: at T1 Retraction Watch reports the retraction and its reinstatement, one check; at T4
+    the reinstatement row is withdrawn. T5's record lists the retraction observed at T1, which implies a check at T1
+    reporting it, but not all that check reported: T1's record, loaded after it, adds the reinstatement observed at
+    that check, ended at T4 (the first check after it that T5's record shows). Both orders round-trip."""
+    url = await sample_database(admin_url, "pith_test_docruns_implied")
+    try:
+        documents = {}
+        for at, rows in ((T1, [RETRACTION, REINSTATEMENT, UNRELATED]), (T4, [RETRACTION, UNRELATED])):
+            path = tmp_path / f"rw-{at[:10]}.csv"
+            path.write_text(rw_csv(rows))
+            imported(url, "retraction-watch", str(path), at=at)
+        documents = {T1: exported(url, T1), T5: exported(url, T5)}
+    finally:
+        await drop_database(admin_url, url)
+    assert [e[1] for e in standing_of(documents[T1])] == ["reinstatement", "retraction"]
+    assert [e[1] for e in standing_of(documents[T5])] == ["retraction"]
+    await _load_and_compare(admin_url, [[at] for at in order], documents, tmp_path)

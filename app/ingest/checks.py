@@ -82,6 +82,24 @@ _TABLES = """CREATE TEMP TABLE doc_checks (work_id uuid, source text, at timesta
 
 _PAIRS = "(SELECT DISTINCT work_id, source FROM doc_checks)"
 
+# A stored receipt that is a whole check (not one a document implied by an event's observation alone).
+FULL = ("NOT EXISTS (SELECT 1 FROM implied_checks AS i WHERE i.work_id = r.work_id AND i.source = r.source "
+        "AND i.observed_at = r.observed_at)")
+
+# The receipts this file added that none of its notices shows are implied by its events alone; those its notices
+# show are whole checks from now on (migration 0025).
+_IMPLIED = """
+INSERT INTO implied_checks (work_id, source, observed_at)
+SELECT r.work_id, r.source, r.observed_at FROM standing_receipts AS r
+JOIN (SELECT DISTINCT work_id, source FROM doc_listed) AS p USING (work_id, source)
+WHERE r.xmin = pg_current_xact_id()::xid
+  AND NOT EXISTS (SELECT 1 FROM doc_checks AS c WHERE c.work_id = r.work_id AND c.source = r.source
+                  AND c.at = r.observed_at)
+ON CONFLICT DO NOTHING;
+DELETE FROM implied_checks AS i USING doc_checks AS c
+WHERE i.work_id = c.work_id AND i.source = c.source AND i.observed_at = c.at
+"""
+
 # The events of the checked (work, source) pairs, with what the file's checks and the stored checks say of them.
 _EVENTS = f"""
 CREATE TEMP TABLE doc_events ON COMMIT DROP AS
@@ -105,7 +123,7 @@ LEFT JOIN work_event_ends AS x ON x.work_id = e.work_id AND x.source = e.source 
 """
 
 # Contradictions, each with the check (and its document) that makes it; the first is named.
-_CONTRADICTIONS = """
+_CONTRADICTIONS = f"""
 SELECT * FROM (
   -- a check lists an event that had ended by then (stored before this file)
   SELECT 1 AS k, d.work_id, d.source, d.event_type, d.observed_at, d.ended_at AS at,
@@ -128,6 +146,7 @@ SELECT * FROM (
   FROM doc_events AS d
   JOIN standing_receipts AS r ON r.work_id = d.work_id AND r.source = d.source
        AND r.observed_at BETWEEN d.observed_at AND d.listed_until AND r.xmin <> pg_current_xact_id()::xid
+       AND {FULL}
   WHERE d.new
   UNION ALL
   -- a check leaves out an event that a stored check (the same or a later one), before any end of it, still reports
@@ -137,21 +156,21 @@ SELECT * FROM (
   FROM doc_events AS d
   JOIN standing_receipts AS r ON r.work_id = d.work_id AND r.source = d.source AND r.observed_at >= d.unlisted
        AND r.observed_at < coalesce(least(d.ended_at, d.next_run), 'infinity')
-       AND r.xmin <> pg_current_xact_id()::xid
+       AND r.xmin <> pg_current_xact_id()::xid AND {FULL}
   WHERE NOT d.new
 ) AS c ORDER BY k, origin, work_id, observed_at LIMIT 1
 """
 
 # Each event's end: the earliest of its stored end, the first check of the file that leaves it out, and (new to the
 # store) the first check of its source stored before the file after the last check that lists it.
-_ENDS = """
+_ENDS = f"""
 INSERT INTO doc_ends
 SELECT work_id, source, event_type, observed_at, ended, ended_at FROM (
   SELECT d.*, least(d.ended_at, d.unlisted, d.next_run,
                     CASE WHEN d.new THEN (SELECT min(r.observed_at) FROM standing_receipts AS r
                                           WHERE r.work_id = d.work_id AND r.source = d.source
                                           AND r.observed_at > d.listed_until
-                                          AND r.xmin <> pg_current_xact_id()::xid) END) AS ended
+                                          AND r.xmin <> pg_current_xact_id()::xid AND {FULL}) END) AS ended
   FROM doc_events AS d) AS e
 WHERE ended IS NOT NULL AND ended IS DISTINCT FROM ended_at
 """
@@ -231,6 +250,7 @@ async def settle(conn: asyncpg.Connection, ledger: CheckLedger) -> int:
         raise ledger.refuse(bad["origin"] or "the file", "standing_notice.events: the notice " + WHY[bad["k"]].format(
             event=event, source=bad["source"], at=record.offset_time(bad["at"])))
     await conn.execute(_ENDS)
+    await conn.execute(_IMPLIED)
     moved = await conn.fetchval("SELECT count(*) FROM doc_ends")
     if moved:
         await conn.execute(_WRITE)

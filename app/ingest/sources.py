@@ -417,6 +417,11 @@ class Importer:
             await reconcile_events(self.conn, self.name, self.at)
             self.summary.facts_added = await self.loader.finish()
             self.summary.facts_added += await write_event_ends(self.conn, self.name)
+            # A receipt a v1 document implied by an event alone is this import's whole check now (migration 0025).
+            await self.conn.execute(
+                "DELETE FROM implied_checks AS i USING stage_standing_receipts AS s WHERE i.work_id = s.work_id "
+                "AND i.source = s.source AND i.observed_at = s.observed_at "
+                "AND EXISTS (SELECT 1 FROM implied_checks LIMIT 1)")
             await settle_links(self.conn)
         self.summary.seconds = time.monotonic() - started
         if self.progress is not None:
