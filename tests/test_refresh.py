@@ -284,9 +284,13 @@ async def test_crossref_references_are_the_arxiv_papers_outbound_in_order(admin_
 
 async def test_openalex_counts_of_an_arxiv_work_are_the_papers(admin_url, tmp_path):
     url = await sample_database(admin_url, "pith_test_oa_counts")
-    work = {**ARXIV_WORK, "counts_by_year": REAL["counts_by_year"][:3]}
+    # (With entries of no use, constructed: a year as text, a reference that is no id. Counted, not stored.)
+    work = {**ARXIV_WORK, "counts_by_year": REAL["counts_by_year"][:3] + [{"year": "2020", "cited_by_count": 1}],
+            "referenced_works": ARXIV_WORK["referenced_works"] + [7]}
     try:
-        imported(url, "openalex", jsonl(tmp_path / "w.jsonl", work), at="2026-09-01T00:00:00Z")
+        summary = imported(url, "openalex", jsonl(tmp_path / "w.jsonl", work), at="2026-09-01T00:00:00Z")
+        assert "1 counts_by_year entries without an integer year" in summary, summary
+        assert "1 referenced_works entries that are no OpenAlex id" in summary, summary
         async for served in serve(url, StatementLog()):
             body = await served.graphql("""{ paper(arxivId: "%s", asOf: "2026-09-01T00:00:00Z") {
               externalCitationMeasurements { source count observedAt byYear { year count } } } }""" % PAPER)

@@ -218,6 +218,11 @@ async def test_retraction_watch_quirks(seeded, tmp_path):
          "RetractionDate": "7/1/2019 0:00", "RetractionDOI": "10.1002/corr.1"},
         {"OriginalPaperDOI": "10.1000/back", "RetractionNature": "Retraction", "RetractionDate": "1/1/2019 0:00"},
         {"OriginalPaperDOI": "10.1000/back", "RetractionNature": "Reinstatement", "RetractionDate": "1/1/2020 0:00"},
+        # A re-saved file's ISO date, ordered by it before a later reinstatement; a date that is none (the event
+        # kept undated, counted).
+        {"OriginalPaperDOI": "10.1000/iso", "RetractionNature": "Retraction", "RetractionDate": "2018-09-03"},
+        {"OriginalPaperDOI": "10.1000/iso", "RetractionNature": "Reinstatement", "RetractionDate": "4/4/2022 0:00"},
+        {"OriginalPaperDOI": "10.1000/undated", "RetractionNature": "Retraction", "RetractionDate": "someday"},
         # Unusable: no DOI in three spellings; a nature no one defined.
         {"OriginalPaperDOI": "", "RetractionNature": "Retraction"},
         {"OriginalPaperDOI": "unavailable", "RetractionNature": "Retraction"},
@@ -228,7 +233,11 @@ async def test_retraction_watch_quirks(seeded, tmp_path):
     path.write_text(rw_csv(rows, trailing_comma=True, blank_rows=3))
     imported(url, "crossref", str(DATA / "1item.json.gz"), at=BEFORE)  # a work with a DOI the file does not name
     summary = imported(url, "retraction-watch", str(path))
-    assert "9 records" in summary and "4 skipped" in summary and "3 rows without a usable OriginalPaperDOI" in summary
+    assert "12 records" in summary and "5 skipped" in summary and "3 rows without a usable OriginalPaperDOI" in summary
+    assert "1 RetractionDate values that are no date" in summary
+    iso = (await served.graphql(WORK, {"doi": "10.1000/iso", "at": AT}))["data"]["work"]
+    assert [(e["eventType"], e["reportedAt"]) for e in iso["standing"]["events"]] == [
+        ("RETRACTION", "2018-09-03T00:00:00Z"), ("REINSTATEMENT", "2022-04-04T00:00:00Z")] and not iso["retracted"]
     one = (await served.graphql(WORK, {"doi": "10.1000/PAPER.ONE", "at": AT}))["data"]["work"]
     assert one["title"] == "Paper one" and one["venue"] == "J One" and one["year"] == 2020
     assert one["metadataSource"] == "retraction_watch" and one["retracted"] is True

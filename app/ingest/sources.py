@@ -302,11 +302,15 @@ def _count(value: Any) -> int | None:
 
 @functools.lru_cache(maxsize=4096)
 def _rw_date(value: str) -> datetime | None:
-    """Retraction Watch's `M/D/YYYY 0:00` (the day, at midnight UTC)."""
+    """Retraction Watch's `M/D/YYYY 0:00` (the day, at midnight UTC); `YYYY-MM-DD` (a re-saved file) too."""
     match = re.match(r"^\s*(\d{1,2})/(\d{1,2})/(\d{4})", value or "")
-    if not match:
+    iso = None if match else re.match(r"^\s*(\d{4})-(\d{2})-(\d{2})", value or "")
+    if not match and not iso:
         return None
-    month, day, year = (int(g) for g in match.groups())
+    if match:
+        month, day, year = (int(g) for g in match.groups())
+    else:
+        year, month, day = (int(g) for g in iso.groups())  # type: ignore[union-attr]
     try:
         return datetime(year, month, day, tzinfo=timezone.utc)
     except ValueError:
@@ -524,7 +528,11 @@ class Importer:
         if nature is None:
             return self.summary.skip("rows with an unknown RetractionNature")
         report = self.report(doi)
-        report.event(nature, _rw_date(row.get("RetractionDate", "")), normalize_doi(row.get("RetractionDOI")))
+        reported = _rw_date(row.get("RetractionDate", ""))
+        if reported is None and (row.get("RetractionDate") or "").strip():
+            # (The event is kept, without its date: it is then ordered at its observation, docs/standing.md.)
+            self.summary.skip("RetractionDate values that are no date (M/D/YYYY or YYYY-MM-DD; the event kept undated)")
+        report.event(nature, reported, normalize_doi(row.get("RetractionDOI")))
         # Described only if no work has the DOI yet (decided when the batch is written).
         report.title = report.title or _text(row.get("Title"))
         report.venue = report.venue or _text(row.get("Journal"))
@@ -562,13 +570,18 @@ class Importer:
             # The counts are the arXiv paper's too: its externalCitationMeasurements, with counts_by_year.
             count = _count(work.get("cited_by_count"))
             if count is not None:
-                years = [(y["year"], y["cited_by_count"]) for y in work.get("counts_by_year") or ()
+                listed = work.get("counts_by_year") if isinstance(work.get("counts_by_year"), list) else []
+                years = [(y["year"], y["cited_by_count"]) for y in listed
                          if isinstance(y, dict) and isinstance(y.get("year"), int)
                          and _count(y.get("cited_by_count")) is not None]
+                for _ in range(len(listed) - len(years)):
+                    self.summary.skip("counts_by_year entries without an integer year and count")
                 self.paper_counts[arxiv] = (count, years)
             for i, ref in enumerate(work.get("referenced_works") or (), start=1):
                 if isinstance(ref, str):
                     self.openalex_refs.append((arxiv, i, ref))
+                else:  # (the others keep their places in the list: a reference's index is its place)
+                    self.summary.skip("referenced_works entries that are no OpenAlex id")
         return None
 
     # arXiv metadata: the snapshot (JSON lines) here; OAI-PMH arXivRaw XML through arxiv_oai_records.
