@@ -570,7 +570,8 @@ class Importer:
             # The counts are the arXiv paper's too: its externalCitationMeasurements, with counts_by_year.
             count = _count(work.get("cited_by_count"))
             if count is not None:
-                listed = work.get("counts_by_year") if isinstance(work.get("counts_by_year"), list) else []
+                by_year = work.get("counts_by_year")
+                listed: list[Any] = by_year if isinstance(by_year, list) else []
                 years = [(y["year"], y["cited_by_count"]) for y in listed
                          if isinstance(y, dict) and isinstance(y.get("year"), int)
                          and _count(y.get("cited_by_count")) is not None]
