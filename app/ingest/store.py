@@ -373,7 +373,11 @@ class Loader:
     async def _fill_kept(self) -> None:
         """A work snapshot added before later snapshots of its work (sources imported out of date order): the values
         those kept from an earlier description (work_snapshots.kept) become what date order would have kept."""
-        if not self.all_new:
+        # (Sources in date order, a monthly refresh: no snapshot is later than those added. One scan that stops at
+        # the first later snapshot settles it, against a probe per added work: 0.1 s against 0.8 s at 200,000.)
+        if not self.all_new and await self.conn.fetchval(
+                "SELECT EXISTS (SELECT 1 FROM work_snapshots WHERE observed_at > "
+                "(SELECT min(observed_at) FROM new_work_snapshots))"):
             await self.conn.execute(FILL_KEPT)
 
 
