@@ -25,6 +25,7 @@ from graphql import (
 )
 from graphql.error import GraphQLError
 
+from app.cursors import decode_token
 from app.errors import QueryCostError, UserInputError
 from app.limits import ARGUMENTS, argument_default, out_of_range
 from loaders.base import scanned
@@ -111,19 +112,27 @@ class Costing:
                     raise UserInputError(refused, nodes=[field], argument=name)
         return values
 
-    def fields(self, selection_set: SelectionSetNode | None, seen: frozenset[str] = frozenset()) -> Iterator[FieldNode]:
+    def fields(self, selection_set: SelectionSetNode | None) -> Iterator[FieldNode]:
+        return (field for field, _ in self.typed_fields(selection_set))
+
+    def typed_fields(self, selection_set: SelectionSetNode | None, kind: str | None = None,
+                     seen: frozenset[str] = frozenset()) -> Iterator[tuple[FieldNode, str | None]]:
+        """The fields of a selection, fragments spread, each with the type its fragment names (else `kind`)."""
         if selection_set is None:
             return
         for selection in selection_set.selections:
             if isinstance(selection, FieldNode):
-                yield selection
+                yield selection, kind
             elif isinstance(selection, InlineFragmentNode):
-                yield from self.fields(selection.selection_set, seen)
+                condition = selection.type_condition.name.value if selection.type_condition else kind
+                yield from self.typed_fields(selection.selection_set, condition, seen)
             elif isinstance(selection, FragmentSpreadNode):
                 name = selection.name.value
                 if name in seen or name not in self.fragments:
                     continue
-                yield from self.fields(self.fragments[name].selection_set, seen | {name})
+                fragment = self.fragments[name]
+                yield from self.typed_fields(fragment.selection_set, fragment.type_condition.name.value,
+                                             seen | {name})
 
     def price(self, selection_set: SelectionSetNode | None, multiplier: int) -> "Price":
         """What the selection may cost: list nodes (GitHub's rule) and work units (see PRICES)."""
@@ -501,7 +510,7 @@ def statement_share(costing: Costing, selection_set: SelectionSetNode | None) ->
             stack.append((field.selection_set, instants, None))
     while stack and count < enough:
         below, instants, parent = stack.pop()
-        for field, kind in _typed_fields(costing, below, parent):
+        for field, kind in costing.typed_fields(below, parent):
             name = field.name.value
             if field.selection_set is not None or instants > 1 and name in PER_INSTANT_LEAVES.get(
                     kind, PER_INSTANT_LEAVES[None]):
@@ -511,26 +520,6 @@ def statement_share(costing: Costing, selection_set: SelectionSetNode | None) ->
                     stack.append((field.selection_set, 1 if name in ACROSS_INSTANTS else instants,
                                   ROW_KINDS.get(name)))
     return PRICES["statement"] * count + rows
-
-
-def _typed_fields(costing: Costing, selection_set: SelectionSetNode | None, kind: str | None = None,
-                  seen: frozenset[str] = frozenset()) -> Iterator[tuple[FieldNode, str | None]]:
-    """Costing.fields, each with the type its fragment names (None: not said)."""
-    if selection_set is None:
-        return
-    for selection in selection_set.selections:
-        if isinstance(selection, FieldNode):
-            yield selection, kind
-        elif isinstance(selection, InlineFragmentNode):
-            condition = selection.type_condition.name.value if selection.type_condition else kind
-            yield from _typed_fields(costing, selection.selection_set, condition, seen)
-        elif isinstance(selection, FragmentSpreadNode):
-            name = selection.name.value
-            if name in seen or name not in costing.fragments:
-                continue
-            fragment = costing.fragments[name]
-            yield from _typed_fields(costing, fragment.selection_set, fragment.type_condition.name.value,
-                                     seen | {name})
 
 
 # Fields whose loaders batch one request's instants into one statement (loaders.dataloaders.AcrossInstants), and
@@ -547,7 +536,6 @@ ROW_FIELDS: Final = frozenset({"edges", "node", "nodes", "pageInfo", "citingPape
 
 def _instants(ids: list) -> int:
     """How many instants the global ids name (those that name none: now), as nodes(ids:) answers them."""
-    from app.cursors import decode_token
     named = set()
     for value in ids:
         try:

@@ -71,7 +71,7 @@ ch AS (
                SELECT jsonb_build_object('status', upper(p.status), 'resolverSource', p.resolver_source)
                FROM resolutions AS p WHERE p.observation_id = r.observation_id
                  AND p.observed_at < r.observed_at ORDER BY p.observed_at DESC LIMIT 1),
-               jsonb_build_object('status', upper('{UNRESOLVED}'), 'resolverSource', NULL)),
+               jsonb_build_object('status', '{UNRESOLVED.upper()}', 'resolverSource', NULL)),
            jsonb_build_object('status', upper(r.status), 'resolverSource', r.resolver_source)
     FROM shown CROSS JOIN LATERAL (  -- probed per observation shown (OFFSET 0: the generic plan otherwise
         SELECT * FROM resolutions AS q  -- hashed every resolution of the graph to join the few of one paper)

@@ -83,7 +83,7 @@ _TABLES = """CREATE TEMP TABLE doc_checks (work_id uuid, source text, at timesta
 _PAIRS = "(SELECT DISTINCT work_id, source FROM doc_checks)"
 
 # A stored receipt that is a whole check (not one a document implied by an event's observation alone).
-FULL = ("NOT EXISTS (SELECT 1 FROM implied_checks AS i WHERE i.work_id = r.work_id AND i.source = r.source "
+_WHOLE_CHECK = ("NOT EXISTS (SELECT 1 FROM implied_checks AS i WHERE i.work_id = r.work_id AND i.source = r.source "
         "AND i.observed_at = r.observed_at)")
 
 # The receipts this file added that none of its notices shows are implied by its events alone; those its notices
@@ -146,7 +146,7 @@ SELECT * FROM (
   FROM doc_events AS d
   JOIN standing_receipts AS r ON r.work_id = d.work_id AND r.source = d.source
        AND r.observed_at BETWEEN d.observed_at AND d.listed_until AND r.xmin <> pg_current_xact_id()::xid
-       AND {FULL}
+       AND {_WHOLE_CHECK}
   WHERE d.new
   UNION ALL
   -- a check leaves out an event that a stored check (the same or a later one), before any end of it, still reports
@@ -156,7 +156,7 @@ SELECT * FROM (
   FROM doc_events AS d
   JOIN standing_receipts AS r ON r.work_id = d.work_id AND r.source = d.source AND r.observed_at >= d.unlisted
        AND r.observed_at < coalesce(least(d.ended_at, d.next_run), 'infinity')
-       AND r.xmin <> pg_current_xact_id()::xid AND {FULL}
+       AND r.xmin <> pg_current_xact_id()::xid AND {_WHOLE_CHECK}
   WHERE NOT d.new
 ) AS c ORDER BY k, origin, work_id, observed_at LIMIT 1
 """
@@ -170,7 +170,7 @@ SELECT work_id, source, event_type, observed_at, ended, ended_at FROM (
                     CASE WHEN d.new THEN (SELECT min(r.observed_at) FROM standing_receipts AS r
                                           WHERE r.work_id = d.work_id AND r.source = d.source
                                           AND r.observed_at > d.listed_until
-                                          AND r.xmin <> pg_current_xact_id()::xid AND {FULL}) END) AS ended
+                                          AND r.xmin <> pg_current_xact_id()::xid AND {_WHOLE_CHECK}) END) AS ended
   FROM doc_events AS d) AS e
 WHERE ended IS NOT NULL AND ended IS DISTINCT FROM ended_at
 """

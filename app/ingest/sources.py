@@ -63,13 +63,6 @@ CROSSREF_RELATIONS = {"is-retracted-by": "retraction", "has-retraction": "retrac
 STANDING_SOURCES = ("crossref", "retraction_watch", "openalex")
 # Sources that describe a work only when no snapshot of it (or none with a title) is there at their instant.
 CROSSREF_REFERENCE = "crossref_reference"  # a work known only from a Crossref reference to it
-def _kept(title: str | None, venue: str | None, year: int | None) -> int:
-    """work_snapshots.kept of an import's description: the values its source did not give (kept from the work's
-    latest earlier description), and the Pith paper, which only a v1 document states (migration 0024)."""
-    return (not title) * KEPT_BITS["title"] | (not venue) * KEPT_BITS["venue"] | (not year) * KEPT_BITS["year"] \
-        | KEPT_BITS["pith_arxiv_id"]
-
-
 FALLBACK_DESCRIBERS = ("retraction_watch", "opencitations", CROSSREF_REFERENCE)
 # Staged facts of one import with the same key: which one stands (app.ingest.store stages every batch).
 DEDUPE = (("work_events", "work_id, source, event_type, observed_at", "reported_at DESC NULLS LAST, ctid DESC"),
@@ -300,17 +293,22 @@ def _count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
+def _kept(title: str | None, venue: str | None, year: int | None) -> int:
+    """work_snapshots.kept of an import's description: the values its source did not give (kept from the work's
+    latest earlier description), and the Pith paper, which only a v1 document states (migration 0024)."""
+    return (not title) * KEPT_BITS["title"] | (not venue) * KEPT_BITS["venue"] | (not year) * KEPT_BITS["year"] \
+        | KEPT_BITS["pith_arxiv_id"]
+
+
 @functools.lru_cache(maxsize=4096)
 def _rw_date(value: str) -> datetime | None:
     """Retraction Watch's `M/D/YYYY 0:00` (the day, at midnight UTC); `YYYY-MM-DD` (a re-saved file) too."""
-    match = re.match(r"^\s*(\d{1,2})/(\d{1,2})/(\d{4})", value or "")
-    iso = None if match else re.match(r"^\s*(\d{4})-(\d{2})-(\d{2})", value or "")
-    if not match and not iso:
-        return None
-    if match:
+    if match := re.match(r"^\s*(\d{1,2})/(\d{1,2})/(\d{4})", value or ""):
         month, day, year = (int(g) for g in match.groups())
+    elif match := re.match(r"^\s*(\d{4})-(\d{2})-(\d{2})", value or ""):
+        year, month, day = (int(g) for g in match.groups())
     else:
-        year, month, day = (int(g) for g in iso.groups())  # type: ignore[union-attr]
+        return None
     try:
         return datetime(year, month, day, tzinfo=timezone.utc)
     except ValueError:
