@@ -201,7 +201,6 @@ async def test_a_later_document_loaded_first_leaves_its_earlier_checks_open(admi
     that check, ended at T4 (the first check after it that T5's record shows). Both orders round-trip."""
     url = await sample_database(admin_url, "pith_test_docruns_implied")
     try:
-        documents = {}
         for at, rows in ((T1, [RETRACTION, REINSTATEMENT, UNRELATED]), (T4, [RETRACTION, UNRELATED])):
             path = tmp_path / f"rw-{at[:10]}.csv"
             path.write_text(rw_csv(rows))
