@@ -397,3 +397,90 @@ async def test_values_a_description_keeps_are_those_date_order_keeps(admin_url, 
           "metadataSource": "crossref"}]]
     for name in orders:
         assert found[name] == found["date order"], name
+
+
+# --- references that arrive before their arXiv paper ----------------------------------------------------------
+
+LATE = "2501.00002"  # an arXiv paper with no journal DOI: sources name it by its arXiv DOI (constructed)
+LATE_DOI = f"10.48550/arxiv.{LATE}"
+LATE_OUTBOUND = """query($at: DateTime) { papers(arxivIds: ["1203.00001", "%s"], asOf: $at) { arxivId
+  outbound(first: 100) { totalCount nodes { observationId source referenceIndex sourceObservedAt
+    resolution { status resolverSource observedAt } citedWork { doi title year metadataSource } } } } }""" % LATE
+
+
+def late_snapshots(tmp_path: Path) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str]]]:
+    """Two monthly snapshots of each source naming two arXiv papers, and the arXiv snapshots that load them
+    (constructed, in the published layouts; the references are real Crossref ones): the journal version of one
+    (PLoS ONE) with its 70 Crossref references and OpenCitations rows; the other by its arXiv DOI, with a
+    Crossref list, OpenCitations rows, and an OpenAlex work whose references name works described in the same
+    snapshot, only in the next one, and in none."""
+    import gzip
+
+    real = json.loads(gzip.open(DATA / "funded.json.gz").read())["items"][0]["reference"]
+    sources, papers = [], []
+    for m in range(2):
+        late_refs = [dict(r, key=f"late-{i}") for i, r in enumerate(real[:5 + m], start=1)]
+        crossref = [plos_work(), {"DOI": LATE_DOI.replace("arxiv", "arXiv"), "title": ["A late paper"],
+                                  "type": "posted-content", "reference": late_refs}]
+        sources.append(("crossref", instant(m, "crossref"), jsonl(tmp_path / f"late-cr-{m}.jsonl", *crossref)))
+        oc = ['"oci","citing","cited","creation","timespan","journal_sc","author_sc"']
+        oc += [f'"0-{i}","{citing}","10.1000/oc.{i}","2024","P1Y","no","no"'
+               for i, citing in enumerate([PLOS, PLOS, LATE_DOI] + ([LATE_DOI] if m else []))]
+        path = tmp_path / f"late-oc-{m}.csv"
+        path.write_text("\n".join(oc) + "\n")
+        sources.append(("opencitations", instant(m, "opencitations"), str(path)))
+        work = {"id": "https://openalex.org/W9000000077", "doi": None, "title": "A late paper",
+                "publication_year": 2025, "cited_by_count": 2 + m,
+                "locations": [{"landing_page_url": f"https://arxiv.org/abs/{LATE}v1"}],
+                "referenced_works": [REAL["id"], OTHER["id"], "https://openalex.org/W1000000001"]}
+        sources.append(("openalex", instant(m, "openalex"),
+                        jsonl(tmp_path / f"late-oa-{m}.jsonl", work, REAL, *([OTHER] if m else []))))
+        records = [{"id": "1203.00001", "title": "An arXiv paper", "categories": "q-bio.PE", "doi": PLOS,
+                    "versions": [{"version": "v1", "created": "Mon, 5 Mar 2012 10:00:00 GMT"}]},
+                   {"id": LATE, "title": "A late paper", "categories": "cs.LG",
+                    "versions": [{"version": "v1", "created": "Thu, 2 Jan 2025 10:00:00 GMT"}]}]
+        papers.append(("arxiv", instant(m, "arxiv"), jsonl(tmp_path / f"late-arxiv-{m}.jsonl", *records)))
+    return sources, papers
+
+
+async def test_references_given_before_their_arxiv_paper_are_its_outbound_as_date_order_gives(admin_url, tmp_path):
+    """The arXiv snapshots imported after every other source's (the later month first): the references the
+    sources gave for papers not loaded then were kept, and are the papers' outbound at the sources' own instants
+    once the papers are loaded, as in date order. The Crossref list of a journal DOI no paper had is counted, not
+    kept (keeping them would keep Crossref's references whole): the arXiv import names the snapshot to import
+    again, and that import adds them."""
+    sources, papers = late_snapshots(tmp_path)
+    instants = sorted({at for _, at, _ in sources + papers}) + ["2026-12-01T00:00:00Z"]
+    orders = {"date order": sorted(sources + papers, key=lambda f: f[1]),
+              "papers last": random.Random(3).sample(sources, len(sources)) + papers[::-1]}
+    found, said = {}, {}
+    for name, order in orders.items():
+        url = await sample_database(admin_url, "pith_test_refs_first")
+        try:
+            said[name] = [imported(url, source, path, at=at) for source, at, path in order]
+            if name != "date order":
+                # What the arXiv imports said: the Crossref snapshots to import again, which then add the list.
+                again = [(s, at, p) for s, at, p in sources if s == "crossref"
+                         and any(f"Crossref gave at {at.replace('Z', '+00:00')}" in x for x in said[name])]
+                assert len(again) == 2, said[name]
+                for source, at, path in again:
+                    imported(url, source, path, at=at)
+            async for served in serve(url, StatementLog()):
+                answers = []
+                for at in instants:
+                    body = await served.graphql(LATE_OUTBOUND, {"at": at})
+                    assert "errors" not in body, body
+                    answers.append(body["data"]["papers"])
+                found[name] = answers
+        finally:
+            await drop_database(admin_url, url)
+    for at, expected, got in zip(instants, found["date order"], found["papers last"]):
+        assert got == expected, f"differs at {at}: {first_difference(expected, got)}"
+    final = {p["arxivId"]: p["outbound"] for p in found["date order"][-1]}
+    plos, late = final["1203.00001"], final[LATE]
+    assert plos["totalCount"] == 72 and sum(n["source"] == "crossref" for n in plos["nodes"]) == 70
+    assert late["totalCount"] == 6 + 2 + 3, [(n["source"], n["referenceIndex"]) for n in late["nodes"]]
+    openalex = sorted((n["referenceIndex"], n["citedWork"] and n["citedWork"]["doi"]) for n in late["nodes"]
+                      if n["source"] == "openalex")
+    assert openalex == [(1, REAL["doi"].removeprefix("https://doi.org/").lower()), (2, "10.1000/other.7"), (3, None)]
+    assert "references kept for these papers added" in said["papers last"][-2], said["papers last"][-2]

@@ -114,6 +114,10 @@ class Summary:
     skipped: dict[str, int] = field(default_factory=dict)
     facts_added: int = 0
     linked: int = 0  # references kept unlinked by an earlier import, linked by this one
+    taken_up: int = 0  # references kept until their arXiv paper was loaded, added by this (arXiv) import
+    # An arXiv import: Crossref reference lists counted, not kept, of works whose DOI it names as a paper's,
+    # by the snapshot that gave them (its instant): importing that snapshot again adds them.
+    waiting: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
 
     def skip(self, why: str) -> None:
@@ -126,6 +130,9 @@ class Summary:
         return (f"{self.source}: {self.records} records, {self.facts_added} facts added, {skipped} skipped"
                 + (f" ({detail})" if detail else "")
                 + (f", {self.linked} kept references linked" if self.linked else "")
+                + (f", {self.taken_up} references kept for these papers added" if self.taken_up else "")
+                + "".join(f"; {n} references Crossref gave at {at} for these papers' DOIs were not kept: import "
+                          f"that snapshot again to add them" for at, n in sorted(self.waiting.items()))
                 + f" in {self.seconds:.2f}s ({rate:.0f} records/s)")
 
 
@@ -344,9 +351,18 @@ class Importer:
         self.openalex_ids: list[tuple[str, str | None, str | None, int | None]] = []
         self.openalex_refs: list[tuple[str, int, str]] = []
         self.known_work_ids: dict[str, list[tuple[uuid.UUID, Any]]] = {}
+        # References of arXiv papers not loaded by this instant (migration 0026): kept, each as (citing, key, JSON);
+        # and the Crossref lists of DOIs no arXiv paper has, counted as (DOI, references).
+        self.kept: list[tuple[str, str, str]] = []
+        self.kept_again = 0  # (references kept: their number)
+        self.unkept: list[tuple[str, int]] = []
+        self.unkept_lists = 0
 
-    async def run(self, paths: list[str]) -> Summary:
+    async def run(self, paths: list[str], *, kept_for: list[str] | None = None) -> Summary:
+        """Import the files; or, with kept_for (and no files), add the references this source's snapshot of this
+        instant gave for those citing ids and DOIs, kept until their arXiv papers were loaded."""
         started = self.started = time.monotonic()
+        taking_up: list[Any] = []
         async with self.conn.transaction():
             # Each batch probes a few thousand keys: a plan's JIT compilation or parallel workers cost more than
             # the probe (and the merges are inserts, which run in one process anyway).
@@ -358,7 +374,11 @@ class Importer:
             await self.loader.start()
             for path in paths:
                 await self._file(path)
+            if kept_for:
+                await self._take_kept(kept_for)
             await self._flush(final=True)
+            await self._store_kept()
+            self.summary.taken_up -= self.kept_again if kept_for else 0  # (kept again: no paper by this instant)
             if self.whole_database:
                 # The file is the whole database: every work with a DOI was checked, and found clean
                 # unless a row said otherwise.
@@ -425,6 +445,14 @@ class Importer:
                 "AND i.source = s.source AND i.observed_at = s.observed_at "
                 "AND EXISTS (SELECT 1 FROM implied_checks LIMIT 1)")
             await settle_links(self.conn)
+            if self.source == "arxiv":
+                taking_up = await self._kept_for_these_papers()
+        # Each source's snapshot whose references waited for these papers, in its own transaction and at its own
+        # instant, through this same path (a failure there leaves them kept, for the next arXiv import).
+        for group in taking_up:
+            later = await Importer(self.conn, group["source"], group["observed_at"]).run([], kept_for=group["citing"])
+            self.summary.taken_up += later.taken_up
+            self.summary.facts_added += later.facts_added
         self.summary.seconds = time.monotonic() - started
         if self.progress is not None:
             print("", file=self.progress)  # the progress line ends
@@ -647,6 +675,8 @@ class Importer:
         if self.references:
             await self._references(facts)
         await self._stage(facts)
+        if self.kept or self.unkept:
+            await self._spill_kept()
 
     async def _crossref_references(self) -> None:
         """The reference lists of the batch's works that are arXiv papers (their journal DOI, or an arXiv
@@ -655,12 +685,16 @@ class Importer:
         papers = {r["doi"]: r["arxiv_id"] for r in await self.conn.fetch(
             "SELECT DISTINCT ON (doi) doi, arxiv_id FROM paper_dois WHERE doi = any($1::text[]) "
             "ORDER BY doi, observed_at DESC", list(lists))}
+        taken = []
         for doi, refs in lists.items():
             citing = papers.get(doi) or arxiv_id_of_doi(doi)
             if citing is None:
                 why = "references of works that are no loaded arXiv paper's"
                 self.summary.skipped[why] = self.summary.skipped.get(why, 0) + len(refs)
+                self.unkept.append((doi, len(refs)))
+                self.unkept_lists += 1
                 continue
+            taken.append(doi)
             for i, ref in enumerate(refs, start=1):
                 if not isinstance(ref, dict):
                     self.summary.skip("reference entries that are not JSON objects")
@@ -673,6 +707,82 @@ class Importer:
                     citing, i, f"crossref:{doi}:{ref.get('key') or i}", normalize_doi(ref.get("DOI")), printed,
                     int(year[:4]) if isinstance(year, str) and year[:4].isdigit() else None,
                     asserted_by=asserted if isinstance(asserted, str) else None))
+        if taken:  # (counted when an earlier import of this snapshot met no paper with the DOI: added now)
+            await self.conn.execute("DELETE FROM skipped_reference_lists WHERE citing = any($1::text[]) "
+                                    "AND source = $2 AND observed_at = $3", taken, self.source, self.at)
+
+    async def _take_kept(self, citing: list[str]) -> None:
+        """The references this source's snapshot of this instant gave for these citing ids and DOIs, kept until
+        their papers were loaded (_keep): read back as the snapshot's import read them, and added by the same path
+        (what still has no paper by this instant is kept again). An OpenAlex reference's work is looked up again:
+        another snapshot may have described it since."""
+        rows = await self.conn.fetch(
+            "DELETE FROM kept_references WHERE citing = any($1::text[]) AND source = $2 AND observed_at = $3 "
+            "RETURNING reference", citing, self.source, self.at)
+        refs = [Reference(*[*r[:8], datetime.fromisoformat(r[8]) if r[8] else None])
+                for r in (json.loads(row["reference"]) for row in rows)]
+        if self.source == "openalex":
+            described = {r["wid"]: r for r in await self.conn.fetch(
+                "SELECT wid, doi, observed_at FROM openalex_work_ids WHERE wid = any($1::text[])",
+                list({r.title for r in refs if r.title and (r.doi is None or r.linked_at is not None)}))}
+            for r in refs:
+                k = described.get(r.title or "")
+                if k is not None and (r.doi is None or r.linked_at is not None):
+                    r.doi, r.linked_at = k["doi"], k["observed_at"] if k["observed_at"] > self.at else None
+        refs.sort(key=lambda r: (r.citing_arxiv_id, r.index, r.key))
+        self.references = refs
+        self.summary.taken_up = len(refs)
+
+    def _keep(self, r: Reference, citing: str) -> None:
+        self.kept_again += 1
+        self.kept.append((citing, r.key, orjson.dumps(
+            (r.citing_arxiv_id, r.index, r.key, r.doi, r.title, r.year, r.citing_doi, r.asserted_by,
+             r.linked_at.isoformat() if r.linked_at else None)).decode()))
+
+    async def _spill_kept(self) -> None:
+        """The batch's kept references and counted lists, to temporary tables (memory stays bounded by the batch)."""
+        if not hasattr(self, "_keeping"):
+            await self.conn.execute("CREATE TEMP TABLE stage_kept (citing text, key text, reference jsonb) "
+                                    "ON COMMIT DROP; CREATE TEMP TABLE stage_unkept (citing text, count int) "
+                                    "ON COMMIT DROP")
+            self._keeping = True
+        if self.kept:
+            await self.conn.copy_records_to_table("stage_kept", records=self.kept)
+        if self.unkept:
+            await self.conn.copy_records_to_table("stage_unkept", records=self.unkept)
+        self.kept, self.unkept = [], []
+
+    async def _store_kept(self) -> None:
+        """The references kept (and lists counted) by this import, at its instant: the same snapshot imported
+        again replaces its own."""
+        if not hasattr(self, "_keeping"):
+            return
+        if self.kept_again:
+            await self.conn.execute(
+                "INSERT INTO kept_references SELECT DISTINCT ON (citing, key) citing, $1, $2, key, reference "
+                "FROM stage_kept ORDER BY citing, key, ctid DESC "
+                "ON CONFLICT (citing, source, observed_at, key) DO UPDATE SET reference = EXCLUDED.reference",
+                self.source, self.at)
+        if self.unkept_lists:
+            await self.conn.execute(
+                "INSERT INTO skipped_reference_lists SELECT DISTINCT ON (citing) citing, $1, $2, count "
+                "FROM stage_unkept ORDER BY citing, ctid DESC "
+                "ON CONFLICT (citing, source, observed_at) DO UPDATE SET count = EXCLUDED.count", self.source, self.at)
+
+    async def _kept_for_these_papers(self) -> list[Any]:
+        """After an arXiv import's merge: each source snapshot's references kept for the papers (or DOIs) it
+        loaded; the Crossref lists only counted for its DOIs are said (Summary.waiting)."""
+        if not await self.conn.fetchval("SELECT EXISTS (SELECT 1 FROM kept_references) "
+                                        "OR EXISTS (SELECT 1 FROM skipped_reference_lists)"):
+            return []
+        for row in await self.conn.fetch(
+                "SELECT observed_at, sum(count) AS n FROM skipped_reference_lists "
+                "WHERE citing IN (SELECT doi FROM stage_paper_dois) GROUP BY 1 ORDER BY 1"):
+            self.summary.waiting[row["observed_at"].isoformat()] = row["n"]
+        return await self.conn.fetch(
+            "SELECT source, observed_at, array_agg(DISTINCT citing) AS citing FROM kept_references "
+            "WHERE citing IN (SELECT arxiv_id FROM stage_paper_snapshots UNION SELECT doi FROM stage_paper_dois) "
+            "GROUP BY 1, 2 ORDER BY 2, 1")
 
     async def _stage(self, facts: Facts) -> None:
         """Straight into the staging tables (the facts are one per key already): the merge and the
@@ -814,10 +924,11 @@ class Importer:
             for r in refs:
                 citing = by_doi.get(r.citing_doi or "") or arxiv_id_of_doi(r.citing_doi or "")
                 if citing is not None:
-                    kept.append(Reference(citing, 0, r.key, r.doi, None, None))
+                    kept.append(Reference(citing, 0, r.key, r.doi, None, None, citing_doi=r.citing_doi))
                 else:
                     self.summary.skip("citations whose citing DOI is no loaded arXiv paper's "
-                                      "(counted for the cited work)")
+                                      "(counted for the cited work; kept for such a paper)")
+                    self._keep(r, r.citing_doi or "")
             refs = kept
         citing_known = {r["arxiv_id"] for r in await self.conn.fetch(
             "SELECT DISTINCT arxiv_id FROM paper_snapshots WHERE arxiv_id = any($1::text[]) AND observed_at <= $2",
@@ -827,7 +938,8 @@ class Importer:
             await self._works(dois)
         for r in refs:
             if r.citing_arxiv_id not in citing_known:
-                self.summary.skip("references of arXiv papers not loaded")
+                self.summary.skip("references of arXiv papers not loaded (kept for them)")
+                self._keep(r, r.citing_arxiv_id)
                 continue
             works = self.known_work_ids.get(r.doi or "") or []
             work_id = works[0][0] if works else None
