@@ -465,6 +465,8 @@ async def test_references_given_before_their_arxiv_paper_are_its_outbound_as_dat
                 assert len(again) == 2, said[name]
                 for source, at, path in again:
                     imported(url, source, path, at=at)
+                # Added now: an arXiv import again no longer says so.
+                assert "not kept" not in imported(url, "arxiv", papers[1][2], at=papers[1][1])
             async for served in serve(url, StatementLog()):
                 answers = []
                 for at in instants:

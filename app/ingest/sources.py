@@ -356,7 +356,6 @@ class Importer:
         self.kept: list[tuple[str, str, str]] = []
         self.kept_again = 0  # (references kept: their number)
         self.unkept: list[tuple[str, int]] = []
-        self.unkept_lists = 0
 
     async def run(self, paths: list[str], *, kept_for: list[str] | None = None) -> Summary:
         """Import the files; or, with kept_for (and no files), add the references this source's snapshot of this
@@ -685,16 +684,13 @@ class Importer:
         papers = {r["doi"]: r["arxiv_id"] for r in await self.conn.fetch(
             "SELECT DISTINCT ON (doi) doi, arxiv_id FROM paper_dois WHERE doi = any($1::text[]) "
             "ORDER BY doi, observed_at DESC", list(lists))}
-        taken = []
         for doi, refs in lists.items():
             citing = papers.get(doi) or arxiv_id_of_doi(doi)
             if citing is None:
                 why = "references of works that are no loaded arXiv paper's"
                 self.summary.skipped[why] = self.summary.skipped.get(why, 0) + len(refs)
                 self.unkept.append((doi, len(refs)))
-                self.unkept_lists += 1
                 continue
-            taken.append(doi)
             for i, ref in enumerate(refs, start=1):
                 if not isinstance(ref, dict):
                     self.summary.skip("reference entries that are not JSON objects")
@@ -707,9 +703,6 @@ class Importer:
                     citing, i, f"crossref:{doi}:{ref.get('key') or i}", normalize_doi(ref.get("DOI")), printed,
                     int(year[:4]) if isinstance(year, str) and year[:4].isdigit() else None,
                     asserted_by=asserted if isinstance(asserted, str) else None))
-        if taken:  # (counted when an earlier import of this snapshot met no paper with the DOI: added now)
-            await self.conn.execute("DELETE FROM skipped_reference_lists WHERE citing = any($1::text[]) "
-                                    "AND source = $2 AND observed_at = $3", taken, self.source, self.at)
 
     async def _take_kept(self, citing: list[str]) -> None:
         """The references this source's snapshot of this instant gave for these citing ids and DOIs, kept until
@@ -743,13 +736,13 @@ class Importer:
         """The batch's kept references and counted lists, to temporary tables (memory stays bounded by the batch)."""
         if not hasattr(self, "_keeping"):
             await self.conn.execute("CREATE TEMP TABLE stage_kept (citing text, key text, reference jsonb) "
-                                    "ON COMMIT DROP; CREATE TEMP TABLE stage_unkept (citing text, count int) "
                                     "ON COMMIT DROP")
             self._keeping = True
         if self.kept:
             await self.conn.copy_records_to_table("stage_kept", records=self.kept)
         if self.unkept:
-            await self.conn.copy_records_to_table("stage_unkept", records=self.unkept)
+            await self.conn.execute("INSERT INTO skipped_reference_lists VALUES ($1, $2, $3, $4)", self.source,
+                                    self.at, [d for d, _ in self.unkept], [n for _, n in self.unkept])
         self.kept, self.unkept = [], []
 
     async def _store_kept(self) -> None:
@@ -763,11 +756,6 @@ class Importer:
                 "FROM stage_kept ORDER BY citing, key, ctid DESC "
                 "ON CONFLICT (citing, source, observed_at, key) DO UPDATE SET reference = EXCLUDED.reference",
                 self.source, self.at)
-        if self.unkept_lists:
-            await self.conn.execute(
-                "INSERT INTO skipped_reference_lists SELECT DISTINCT ON (citing) citing, $1, $2, count "
-                "FROM stage_unkept ORDER BY citing, ctid DESC "
-                "ON CONFLICT (citing, source, observed_at) DO UPDATE SET count = EXCLUDED.count", self.source, self.at)
 
     async def _kept_for_these_papers(self) -> list[Any]:
         """After an arXiv import's merge: each source snapshot's references kept for the papers (or DOIs) it
@@ -775,9 +763,13 @@ class Importer:
         if not await self.conn.fetchval("SELECT EXISTS (SELECT 1 FROM kept_references) "
                                         "OR EXISTS (SELECT 1 FROM skipped_reference_lists)"):
             return []
+        # (A list the snapshot's import again added has the paper's Crossref references resolved at its instant.)
         for row in await self.conn.fetch(
-                "SELECT observed_at, sum(count) AS n FROM skipped_reference_lists "
-                "WHERE citing IN (SELECT doi FROM stage_paper_dois) GROUP BY 1 ORDER BY 1"):
+                "SELECT observed_at, sum(n) AS n FROM (SELECT DISTINCT ON (s.observed_at, d.doi) s.observed_at, u.n "
+                "FROM skipped_reference_lists AS s CROSS JOIN LATERAL unnest(s.dois, s.counts) AS u(doi, n) "
+                "JOIN stage_paper_dois AS d ON d.doi = u.doi WHERE NOT EXISTS (SELECT 1 FROM citation_observations "
+                "AS o JOIN resolutions AS r USING (observation_id) WHERE o.citing_arxiv_id = d.arxiv_id "
+                "AND o.source = s.source AND r.observed_at = s.observed_at)) AS w GROUP BY 1 ORDER BY 1"):
             self.summary.waiting[row["observed_at"].isoformat()] = row["n"]
         return await self.conn.fetch(
             "SELECT source, observed_at, array_agg(DISTINCT citing) AS citing FROM kept_references "

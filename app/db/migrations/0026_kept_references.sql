@@ -13,12 +13,12 @@ CREATE TABLE kept_references (
 );
 
 -- Crossref reference lists of works whose DOI was no arXiv paper's: every journal work has one, and keeping them
--- all would keep Crossref's references whole. Counted here by work and instant, so that an arXiv import loading a
--- paper with that DOI says which snapshot to import again (which then adds them, and clears the row).
+-- all would keep Crossref's references whole. Their DOIs are counted here, a row per import batch (arrays: a refresh
+-- writes a few rows, not one per work), so that an arXiv import loading a paper with one of them says which snapshot
+-- to import again (which then adds the list; the count stays, and is no longer said once the list is there).
 CREATE TABLE skipped_reference_lists (
-    citing      text NOT NULL,
     source      text NOT NULL,
     observed_at timestamptz NOT NULL,
-    count       integer NOT NULL,
-    PRIMARY KEY (citing, source, observed_at)
+    dois        text[] NOT NULL,
+    counts      integer[] NOT NULL
 );
