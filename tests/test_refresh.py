@@ -14,8 +14,8 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from tests.conftest import StatementLog, drop_database, sample_database, serve
-from tests.test_sources import DATA, PAPER, facts, imported, rw_csv
+from tests.conftest import StatementLog, create_database, drop_database, sample_database, serve
+from tests.test_sources import DATA, PAPER, facts, imported, pith, rw_csv
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -446,9 +446,9 @@ def late_snapshots(tmp_path: Path) -> tuple[list[tuple[str, str, str]], list[tup
 async def test_references_given_before_their_arxiv_paper_are_its_outbound_as_date_order_gives(admin_url, tmp_path):
     """The arXiv snapshots imported after every other source's (the later month first): the references the
     sources gave for papers not loaded then were kept, and are the papers' outbound at the sources' own instants
-    once the papers are loaded, as in date order. The Crossref list of a journal DOI no paper had is counted, not
-    kept (keeping them would keep Crossref's references whole): the arXiv import names the snapshot to import
-    again, and that import adds them."""
+    once the papers are loaded, as in date order. References of a journal DOI no paper had (a Crossref list,
+    OpenCitations rows) are counted, not kept (keeping them would keep those sources' references whole): the arXiv
+    import names the snapshots to import again, and those imports add them."""
     sources, papers = late_snapshots(tmp_path)
     instants = sorted({at for _, at, _ in sources + papers}) + ["2026-12-01T00:00:00Z"]
     orders = {"date order": sorted(sources + papers, key=lambda f: f[1]),
@@ -459,10 +459,11 @@ async def test_references_given_before_their_arxiv_paper_are_its_outbound_as_dat
         try:
             said[name] = [imported(url, source, path, at=at) for source, at, path in order]
             if name != "date order":
-                # What the arXiv imports said: the Crossref snapshots to import again, which then add the list.
-                again = [(s, at, p) for s, at, p in sources if s == "crossref"
-                         and any(f"Crossref gave at {at.replace('Z', '+00:00')}" in x for x in said[name])]
-                assert len(again) == 2, said[name]
+                # What the arXiv imports said: the snapshots to import again (the PLoS work's Crossref list, the
+                # OpenCitations rows citing its DOI), which then add them.
+                again = [(s, at, p) for s, at, p in sources
+                         if any(f"{s} gave at {at.replace('Z', '+00:00')}" in x for x in said[name])]
+                assert sorted(s for s, _, _ in again) == ["crossref"] * 2 + ["opencitations"] * 2, said[name]
                 for source, at, path in again:
                     imported(url, source, path, at=at)
                 # Added now: an arXiv import again no longer says so.
@@ -486,3 +487,89 @@ async def test_references_given_before_their_arxiv_paper_are_its_outbound_as_dat
                       if n["source"] == "openalex")
     assert openalex == [(1, REAL["doi"].removeprefix("https://doi.org/").lower()), (2, "10.1000/other.7"), (3, None)]
     assert "references kept for these papers added" in said["papers last"][-2], said["papers last"][-2]
+
+
+async def test_references_kept_for_a_paper_are_added_when_a_v1_load_brings_it(admin_url, tmp_path):
+    """A v1 document is the other way a paper arrives: the references OpenAlex and OpenCitations gave for it before
+    (kept) are its outbound once the document is loaded, as when the document came first (constructed rows in the
+    real layouts; the bundled v1 records)."""
+    sample = [str(Path(__file__).resolve().parent.parent / "app" / "sample" / name)
+              for name in ("citation-record-2402.15627-2026-08-05.json", "records-2402.15627-2026-08-09.ndjson")]
+    at = "2026-09-01T00:00:00Z"
+    openalex = jsonl(tmp_path / "oa.jsonl", ARXIV_WORK, REAL)
+    oc = tmp_path / "oc.csv"
+    oc.write_text('"oci","citing","cited","creation","timespan","journal_sc","author_sc"\n'
+                  f'"0-1","{ARXIV_DOI}","10.1000/oc.1","2024","P1Y","no","no"\n')
+    found, said = {}, {}
+    for name in ("documents first", "documents last"):
+        url = await create_database(admin_url, "pith_test_kept_load")
+        try:
+            if name == "documents first":
+                assert pith("load", *sample, url=url).returncode == 0
+            imported(url, "openalex", openalex, at=at)
+            imported(url, "opencitations", str(oc), at=at, extra=("--partial",))
+            if name == "documents last":
+                done = pith("load", *sample, url=url)
+                assert done.returncode == 0, done.stderr.decode()
+                said[name] = done.stderr.decode()
+            async for served in serve(url, StatementLog()):
+                body = await served.graphql(OUTBOUND, {"at": at})
+                assert "errors" not in body, body
+                found[name] = body["data"]["paper"]["outbound"]["nodes"]
+        finally:
+            await drop_database(admin_url, url)
+    assert found["documents last"] == found["documents first"]
+    assert {n["source"] for n in found["documents first"]} >= {"openalex", "opencitations"}
+    assert "references kept for these papers added" in said["documents last"], said
+
+
+async def test_an_arxiv_import_and_a_source_import_at_once_miss_no_reference(admin_url, tmp_path):
+    """An arXiv import and an OpenAlex import run at the same time (one cron job per source): the OpenAlex import
+    decides whether the paper is loaded only once the arXiv import has committed it, or the arXiv import sees the
+    references the OpenAlex import kept. Made deterministic: a side transaction holds the change log's lock, which
+    the arXiv import takes before it commits; the OpenAlex import starts while the arXiv import waits there."""
+    import subprocess
+    import sys
+    import os
+    import asyncio
+
+    from app.ingest.store import CHANGE_LOG_LOCK
+
+    paper = {"id": LATE, "title": "A late paper", "categories": "cs.LG",
+             "versions": [{"version": "v1", "created": "Thu, 2 Jan 2025 10:00:00 GMT"}]}
+    work = {"id": "https://openalex.org/W9000000077", "doi": None, "title": "A late paper", "publication_year": 2025,
+            "locations": [{"landing_page_url": f"https://arxiv.org/abs/{LATE}v1"}], "referenced_works": [REAL["id"]]}
+    arxiv_file, openalex_file = jsonl(tmp_path / "arxiv.jsonl", paper), jsonl(tmp_path / "oa.jsonl", work, REAL)
+    url = await create_database(admin_url, "pith_test_kept_race")
+    side = await asyncpg.connect(url)
+
+    async def waiting(n: int) -> None:
+        for _ in range(600):
+            if await side.fetchval("SELECT count(DISTINCT pid) FROM pg_locks WHERE NOT granted") >= n:
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"{n} imports never waited")
+
+    def start(source: str, path: str, at: str) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "app.cli", "import", source, "--observed-at", at, path],
+                                env={**os.environ, "DATABASE_URL": url}, stderr=subprocess.PIPE)
+
+    try:
+        held = side.transaction()
+        await held.start()
+        await side.execute("SELECT pg_advisory_xact_lock($1)", CHANGE_LOG_LOCK)
+        arxiv = start("arxiv", arxiv_file, "2026-09-01T01:00:00Z")
+        await waiting(1)
+        openalex = start("openalex", openalex_file, "2026-09-01T04:00:00Z")
+        await waiting(2)
+        await held.rollback()
+        for child in (arxiv, openalex):
+            _, err = await asyncio.to_thread(child.communicate, timeout=120)
+            assert child.returncode == 0, err.decode()
+        observations = await side.fetchval("SELECT count(*) FROM citation_observations WHERE citing_arxiv_id = $1",
+                                           LATE)
+        kept = await side.fetchval("SELECT count(*) FROM kept_references")
+    finally:
+        await side.close()
+        await drop_database(admin_url, url)
+    assert (observations, kept) == (1, 0)

@@ -521,6 +521,21 @@ async def test_a_broken_file_stores_nothing_and_says_where(seeded, tmp_path):
     bad_csv.write_bytes(RW_HEADER.encode() + b"\n1,\xff\xfe broken\n")
     done = pith("import", "retraction-watch", str(bad_csv), url=url)
     assert done.returncode == 1 and "UTF-8" in done.stderr.decode(), done.stderr.decode()
+    # A failed download saved under the file's name: an empty file, a header alone (which as the whole database
+    # would find every work clean, ending each retraction), an error page as an OpenCitations dump.
+    empty, header_only, page = tmp_path / "empty.csv", tmp_path / "header.csv", tmp_path / "page.csv"
+    empty.write_bytes(b"")
+    header_only.write_text(RW_HEADER + "\n")
+    page.write_text("<!DOCTYPE html><html><body>Rate limited</body></html>\n")
+    for source, path, said in (("retraction-watch", empty, "the file is empty"),
+                               ("retraction-watch", header_only, "no rows"),
+                               ("retraction-watch", page, "no OriginalPaperDOI, RetractionNature column"),
+                               ("opencitations", empty, "the file is empty"),
+                               ("opencitations", page, "no citing, cited column")):
+        done = pith("import", source, str(path), url=url)
+        assert done.returncode == 1 and said in done.stderr.decode(), (source, path, done.stderr.decode())
+        assert "nothing of this import was written" in done.stderr.decode()
+    assert pith("import", "retraction-watch", "--partial", str(header_only), url=url).returncode == 0  # an excerpt
     assert await facts(url) == before
     wrong = pith("import", "crossref", "--observed-at", "yesterday", good, url=url)
     assert wrong.returncode == 2 and "--observed-at" in wrong.stderr.decode()

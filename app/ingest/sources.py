@@ -70,6 +70,7 @@ DEDUPE = (("work_events", "work_id, source, event_type, observed_at", "reported_
           ("work_measurements", "work_id, source, observed_at", "ctid DESC"),
           ("paper_snapshots", "arxiv_id, observed_at", "ctid DESC"),
           ("paper_dois", "arxiv_id, observed_at", "ctid DESC"))
+CSV_COLUMNS = {"retraction-watch": ("OriginalPaperDOI", "RetractionNature"), "opencitations": ("citing", "cited")}
 RW_NATURES = {"retraction": "retraction", "correction": "correction", "expression of concern": "expression_of_concern",
               "reinstatement": "reinstatement"}
 
@@ -115,9 +116,9 @@ class Summary:
     facts_added: int = 0
     linked: int = 0  # references kept unlinked by an earlier import, linked by this one
     taken_up: int = 0  # references kept until their arXiv paper was loaded, added by this (arXiv) import
-    # An arXiv import: Crossref reference lists counted, not kept, of works whose DOI it names as a paper's,
-    # by the snapshot that gave them (its instant): importing that snapshot again adds them.
-    waiting: dict[str, int] = field(default_factory=dict)
+    # An arXiv import: references counted, not kept, of works whose DOI it names as a paper's, by the snapshot
+    # that gave them (source, instant): importing that snapshot again adds them.
+    waiting: dict[tuple[str, str], int] = field(default_factory=dict)
     seconds: float = 0.0
 
     def skip(self, why: str) -> None:
@@ -131,9 +132,15 @@ class Summary:
                 + (f" ({detail})" if detail else "")
                 + (f", {self.linked} kept references linked" if self.linked else "")
                 + (f", {self.taken_up} references kept for these papers added" if self.taken_up else "")
-                + "".join(f"; {n} references Crossref gave at {at} for these papers' DOIs were not kept: import "
-                          f"that snapshot again to add them" for at, n in sorted(self.waiting.items()))
+                + waiting_line(self.waiting)
                 + f" in {self.seconds:.2f}s ({rate:.0f} records/s)")
+
+
+def waiting_line(waiting: dict[tuple[str, str], int]) -> str:
+    """What an arXiv import (or a load) says of the references counted, not kept, for its papers' DOIs."""
+    said = sorted(waiting.items(), key=lambda item: (item[0][1], item[0][0]))  # by instant, then source
+    return "".join(f"; {n} references {source} gave at {at} for these papers' DOIs were not kept: import that "
+                   f"snapshot again to add them" for (source, at), n in said)
 
 
 class Broken(Exception):
@@ -240,15 +247,21 @@ def _records_of(document: Any, keys: tuple[str, ...]) -> Iterator[Any]:
     yield document
 
 
-def csv_records(stream: IO[bytes]) -> Iterator[tuple[str, dict[str, str]]]:
+def csv_records(stream: IO[bytes], required: tuple[str, ...]) -> Iterator[tuple[str, dict[str, str]]]:
+    """The rows of a CSV file whose header names the `required` columns (anything else, an empty file or an
+    error page saved under the file's name, is refused)."""
     counting = _Counting(stream)
     text = io.TextIOWrapper(io.BufferedReader(counting, 1 << 16), encoding="utf-8-sig", errors="strict", newline="")
     reader = csv.reader(text)
     try:
         header = next(reader, None)
         if header is None:
-            return
+            raise Broken("line 1", f"the file is empty: expected a CSV header naming {', '.join(required)}")
         names = [h.strip() for h in header]
+        missing = [c for c in required if c not in names]
+        if missing:
+            raise Broken("line 1", f"the header has no {', '.join(missing)} column (it begins "
+                                   f"{','.join(names)[:80]!r}): not this source's CSV")
         while names and names[-1] == "":
             names.pop()  # a header that ends with a comma: an empty 21st column
         for row in reader:
@@ -356,6 +369,8 @@ class Importer:
         self.kept: list[tuple[str, str, str]] = []
         self.kept_again = 0  # (references kept: their number)
         self.unkept: list[tuple[str, int]] = []
+        self.locked = False
+        self.import_id = uuid.uuid4()
 
     async def run(self, paths: list[str], *, kept_for: list[str] | None = None) -> Summary:
         """Import the files; or, with kept_for (and no files), add the references this source's snapshot of this
@@ -369,10 +384,16 @@ class Importer:
             # not in spill files (the 4 MB default spills every one of them to disk).
             await self.conn.execute("SET LOCAL jit = off; SET LOCAL max_parallel_workers_per_gather = 0; "
                                     "SET LOCAL work_mem = '64MB'")
+            if self.source == "arxiv":
+                await lock_kept_references(self.conn)
             self.loader = Loader(self.conn, f"{self.source} import", staged_unique=True)  # see DEDUPE
             await self.loader.start()
             for path in paths:
                 await self._file(path)
+            if self.whole_database and not self.summary.records:
+                # (Every work would be found clean: each retraction the database reported would end here.)
+                raise ImportRejected(paths[-1], "no rows: the whole Retraction Watch database has tens of thousands; "
+                                                "an excerpt is imported with --partial")
             if kept_for:
                 await self._take_kept(kept_for)
             await self._flush(final=True)
@@ -445,13 +466,10 @@ class Importer:
                 "AND EXISTS (SELECT 1 FROM implied_checks LIMIT 1)")
             await settle_links(self.conn)
             if self.source == "arxiv":
-                taking_up = await self._kept_for_these_papers()
-        # Each source's snapshot whose references waited for these papers, in its own transaction and at its own
-        # instant, through this same path (a failure there leaves them kept, for the next arXiv import).
-        for group in taking_up:
-            later = await Importer(self.conn, group["source"], group["observed_at"]).run([], kept_for=group["citing"])
-            self.summary.taken_up += later.taken_up
-            self.summary.facts_added += later.facts_added
+                taking_up = await kept_for_staged_papers(self.conn, self.summary.waiting)
+        taken, added = await take_up_kept(self.conn, taking_up)
+        self.summary.taken_up += taken
+        self.summary.facts_added += added
         self.summary.seconds = time.monotonic() - started
         if self.progress is not None:
             print("", file=self.progress)  # the progress line ends
@@ -465,7 +483,7 @@ class Importer:
         last = time.monotonic()
         try:
             if self.source in ("retraction-watch", "opencitations"):
-                reader = csv_records(stream)
+                reader = csv_records(stream, CSV_COLUMNS[self.source])
             elif self.source == "arxiv" and looks_like_xml(stream):
                 reader = arxiv_oai_records(_Counting(stream))
             else:
@@ -741,8 +759,11 @@ class Importer:
         if self.kept:
             await self.conn.copy_records_to_table("stage_kept", records=self.kept)
         if self.unkept:
-            await self.conn.execute("INSERT INTO skipped_reference_lists VALUES ($1, $2, $3, $4)", self.source,
-                                    self.at, [d for d, _ in self.unkept], [n for _, n in self.unkept])
+            counted: dict[str, int] = {}
+            for doi, n in self.unkept:
+                counted[doi] = counted.get(doi, 0) + n
+            await self.conn.execute("INSERT INTO skipped_reference_lists VALUES ($1, $2, $3, $4, $5)", self.source,
+                                    self.at, self.import_id, list(counted), list(counted.values()))
         self.kept, self.unkept = [], []
 
     async def _store_kept(self) -> None:
@@ -756,25 +777,6 @@ class Importer:
                 "FROM stage_kept ORDER BY citing, key, ctid DESC "
                 "ON CONFLICT (citing, source, observed_at, key) DO UPDATE SET reference = EXCLUDED.reference",
                 self.source, self.at)
-
-    async def _kept_for_these_papers(self) -> list[Any]:
-        """After an arXiv import's merge: each source snapshot's references kept for the papers (or DOIs) it
-        loaded; the Crossref lists only counted for its DOIs are said (Summary.waiting)."""
-        if not await self.conn.fetchval("SELECT EXISTS (SELECT 1 FROM kept_references) "
-                                        "OR EXISTS (SELECT 1 FROM skipped_reference_lists)"):
-            return []
-        # (A list the snapshot's import again added has the paper's Crossref references resolved at its instant.)
-        for row in await self.conn.fetch(
-                "SELECT observed_at, sum(n) AS n FROM (SELECT DISTINCT ON (s.observed_at, d.doi) s.observed_at, u.n "
-                "FROM skipped_reference_lists AS s CROSS JOIN LATERAL unnest(s.dois, s.counts) AS u(doi, n) "
-                "JOIN stage_paper_dois AS d ON d.doi = u.doi WHERE NOT EXISTS (SELECT 1 FROM citation_observations "
-                "AS o JOIN resolutions AS r USING (observation_id) WHERE o.citing_arxiv_id = d.arxiv_id "
-                "AND o.source = s.source AND r.observed_at = s.observed_at)) AS w GROUP BY 1 ORDER BY 1"):
-            self.summary.waiting[row["observed_at"].isoformat()] = row["n"]
-        return await self.conn.fetch(
-            "SELECT source, observed_at, array_agg(DISTINCT citing) AS citing FROM kept_references "
-            "WHERE citing IN (SELECT arxiv_id FROM stage_paper_snapshots UNION SELECT doi FROM stage_paper_dois) "
-            "GROUP BY 1, 2 ORDER BY 2, 1")
 
     async def _stage(self, facts: Facts) -> None:
         """Straight into the staging tables (the facts are one per key already): the merge and the
@@ -908,6 +910,9 @@ class Importer:
         citing DOI is a known arXiv paper's. A referenced work not described in the same import is
         kept as an unlinked observation (its OpenAlex id as the printed title), resolvable later."""
         refs, self.references = self.references, []
+        if not self.locked:  # (whether a citing paper is loaded, decided where no arXiv import is committing one)
+            await lock_kept_references(self.conn)
+            self.locked = True
         if self.source == "opencitations":
             by_doi = {r["doi"]: r["arxiv_id"] for r in await self.conn.fetch(
                 "SELECT DISTINCT ON (doi) doi, arxiv_id FROM paper_dois WHERE doi = any($1::text[]) "
@@ -919,8 +924,8 @@ class Importer:
                     kept.append(Reference(citing, 0, r.key, r.doi, None, None, citing_doi=r.citing_doi))
                 else:
                     self.summary.skip("citations whose citing DOI is no loaded arXiv paper's "
-                                      "(counted for the cited work; kept for such a paper)")
-                    self._keep(r, r.citing_doi or "")
+                                      "(counted for the cited work)")
+                    self.unkept.append((r.citing_doi or "", 1))
             refs = kept
         citing_known = {r["arxiv_id"] for r in await self.conn.fetch(
             "SELECT DISTINCT arxiv_id FROM paper_snapshots WHERE arxiv_id = any($1::text[]) AND observed_at <= $2",
@@ -959,6 +964,52 @@ class Importer:
                 continue
             facts.resolutions[(oid, self.at)] = ("verified_exact" if work_id else "unresolved", resolver,
                                                  work_id is not None)
+
+
+# --- references that arrive before their arXiv paper (migration 0026) ------------------------------------------
+
+KEPT_LOCK = 7_411_026  # (an advisory lock: where a paper is being loaded, no import decides it is not)
+
+
+async def lock_kept_references(conn: asyncpg.Connection) -> None:
+    """Held to the end of the transaction by an import deciding whether the papers its references cite are loaded,
+    and by an arXiv import or a load from its start: the two never miss each other's uncommitted rows."""
+    await conn.execute("SELECT pg_advisory_xact_lock($1)", KEPT_LOCK)
+
+
+async def kept_for_staged_papers(conn: asyncpg.Connection, waiting: dict[tuple[str, str], int]) -> list[Any]:
+    """Inside an arXiv import or a load, after its merge: each source snapshot's references kept for the papers
+    (or DOIs) it stages, to take up once it commits (take_up_kept); those only counted are said in `waiting`."""
+    if not await conn.fetchval("SELECT EXISTS (SELECT 1 FROM kept_references) "
+                               "OR EXISTS (SELECT 1 FROM skipped_reference_lists)"):
+        return []
+    # (Counted once per DOI and snapshot however often it was imported; not said once the snapshot's import again
+    # added them: the paper's references of that source are then resolved at its instant.)
+    for row in await conn.fetch(
+            "SELECT source, observed_at, sum(n) AS n FROM (SELECT DISTINCT ON (source, observed_at, doi) * FROM ("
+            "SELECT s.source, s.observed_at, s.import_id, u.doi, d.arxiv_id, sum(u.n) AS n "
+            "FROM skipped_reference_lists AS s CROSS JOIN LATERAL unnest(s.dois, s.counts) AS u(doi, n) "
+            "JOIN (SELECT DISTINCT doi, arxiv_id FROM stage_paper_dois) AS d ON d.doi = u.doi "
+            "GROUP BY 1, 2, 3, 4, 5) AS p WHERE NOT EXISTS (SELECT 1 FROM citation_observations AS o "
+            "JOIN resolutions AS r USING (observation_id) WHERE o.citing_arxiv_id = p.arxiv_id "
+            "AND o.source = p.source AND r.observed_at = p.observed_at) "
+            "ORDER BY source, observed_at, doi, n DESC) AS w GROUP BY 1, 2"):
+        waiting[(row["source"], row["observed_at"].isoformat())] = row["n"]
+    return await conn.fetch(
+        "SELECT source, observed_at, array_agg(DISTINCT citing) AS citing FROM kept_references "
+        "WHERE citing IN (SELECT arxiv_id FROM stage_paper_snapshots UNION SELECT doi FROM stage_paper_dois) "
+        "GROUP BY 1, 2 ORDER BY 2, 1")
+
+
+async def take_up_kept(conn: asyncpg.Connection, groups: list[Any]) -> tuple[int, int]:
+    """After the arXiv import (or load) committed: each source's snapshot whose references waited for its papers, in
+    its own transaction and at its own instant, through the import's own path (a failure there leaves them kept,
+    for the next import of the papers). (References added, facts added.)"""
+    taken = added = 0
+    for group in groups:
+        later = await Importer(conn, group["source"], group["observed_at"]).run([], kept_for=group["citing"])
+        taken, added = taken + later.taken_up, added + later.facts_added
+    return taken, added
 
 
 # --- the standing rule's runs ---------------------------------------------------------------------

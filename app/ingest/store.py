@@ -623,14 +623,18 @@ async def load_file(conn: asyncpg.Connection, path: str, progress: IO[str] | Non
 
 
 async def _load_file_once(conn: asyncpg.Connection, path: str, progress: IO[str] | None) -> LoadResult:
+    from app.ingest.sources import kept_for_staged_papers, lock_kept_references, take_up_kept, waiting_line
+
     started = time.monotonic()
     stream, ndjson = _open(path)
     documents = 0
+    waiting: dict[tuple[str, str], int] = {}
     try:
         async with conn.transaction():
             # A killed client ends its backend (and its locks) within seconds, even mid-statement,
             # instead of the backend finishing the load for nobody while a rerun waits on its locks.
             await conn.execute(f"SET LOCAL client_connection_check_interval = '{CLIENT_CHECK_SECONDS}s'")
+            await lock_kept_references(conn)  # (papers it brings take up the references kept for them)
             loader = Loader(conn, path, merge_each_batch=True)
             await loader.start()
             # Each notice is its sources' check of the cited work: what one check lists, every document must.
@@ -671,10 +675,15 @@ async def _load_file_once(conn: asyncpg.Connection, path: str, progress: IO[str]
             added += ended
             # A reference shown unlinked by one document and linked by another holds its link from then on.
             await settle_links(conn, lambda message: ImportRejected(path, message))
+            taking_up = await kept_for_staged_papers(conn, waiting)
     finally:
         stream.close()
+    # References the sources gave for these papers before they were loaded: added as the arXiv import adds them.
+    taken, taken_facts = await take_up_kept(conn, taking_up)
     seconds = time.monotonic() - started
     if progress is not None:
         print(f"{path}: loaded {documents} documents, {added} new facts in {seconds:.2f}s "
-              f"({documents / seconds if seconds else documents:.0f} documents/s)", file=progress, flush=True)
-    return LoadResult(path, documents, added, seconds)
+              f"({documents / seconds if seconds else documents:.0f} documents/s)"
+              + (f"; {taken} references kept for these papers added ({taken_facts} facts)" if taken else "")
+              + waiting_line(waiting), file=progress, flush=True)
+    return LoadResult(path, documents, added + taken_facts, seconds)

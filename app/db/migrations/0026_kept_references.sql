@@ -12,13 +12,16 @@ CREATE TABLE kept_references (
     PRIMARY KEY (citing, source, observed_at, key)
 );
 
--- Crossref reference lists of works whose DOI was no arXiv paper's: every journal work has one, and keeping them
--- all would keep Crossref's references whole. Their DOIs are counted here, a row per import batch (arrays: a refresh
--- writes a few rows, not one per work), so that an arXiv import loading a paper with one of them says which snapshot
--- to import again (which then adds the list; the count stays, and is no longer said once the list is there).
+-- References whose citing DOI was no arXiv paper's (a Crossref work's `reference` list, OpenCitations rows): every
+-- journal work has them, and keeping them would keep those sources' references whole. Their citing DOIs are counted
+-- here, a row per import batch (arrays: a refresh writes a few rows, not one per work), so that an arXiv import (or a
+-- load) bringing a paper with one of them says which snapshot to import again (which then adds them; the count stays,
+-- and is no longer said once they are there). import_id: one import's rows (the same snapshot imported twice at its
+-- instant is counted once).
 CREATE TABLE skipped_reference_lists (
     source      text NOT NULL,
     observed_at timestamptz NOT NULL,
+    import_id   uuid NOT NULL,
     dois        text[] NOT NULL,
     counts      integer[] NOT NULL
 );
