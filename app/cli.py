@@ -85,7 +85,8 @@ async def _migrate(dsn: str) -> list[str]:
 
 
 async def _load(dsn: str, paths: list[str], quiet: bool = False) -> int:
-    from app.ingest.store import ImportRejected, load_file
+    from app.ingest.store import ImportRejected
+    from app.ingest.load import load_file
 
     import gc
 

@@ -21,7 +21,7 @@ import pytest_asyncio
 
 from app.db.migrate import migrate
 from app.ingest.store import TABLES as STORE_TABLES
-from app.ingest.store import load_file
+from app.ingest.load import load_file
 from app.main import create_app
 from app.settings import Settings
 

@@ -24,7 +24,7 @@ import asyncpg
 import pytest
 import pytest_asyncio
 
-from app.ingest.store import load_file
+from app.ingest.load import load_file
 from tests.conftest import AUG9, ROOT, SEED, LiveServer, create_database, drop_database, npm_install
 from tests.graphs import BASE, citers_at, time_travel
 

@@ -12,7 +12,7 @@ import pytest_asyncio
 from app.db import pool as pool_module
 from app.settings import Settings
 from tests.conftest import SEED, LiveServer, StatementLog, serve
-from app.ingest.store import load_file
+from app.ingest.load import load_file
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

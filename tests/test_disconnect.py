@@ -24,7 +24,7 @@ import httpx
 import psutil
 import pytest
 
-from app.ingest.store import load_file
+from app.ingest.load import load_file
 from tests.conftest import AUG9, ROOT, SEED, LiveServer, free_port
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")

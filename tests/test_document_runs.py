@@ -13,7 +13,8 @@ import asyncpg
 import pytest
 import pytest_asyncio
 
-from app.ingest.store import ImportRejected, load_file
+from app.ingest.store import ImportRejected
+from app.ingest.load import load_file
 from tests.conftest import create_database, drop_database, sample_database
 from tests.test_sources import CITING, imported, pith, rw_csv
 

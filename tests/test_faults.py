@@ -9,7 +9,7 @@ import asyncpg
 import pytest
 
 from app.db.migrate import migrate
-from app.ingest.store import load_file
+from app.ingest.load import load_file
 from app.settings import Settings
 from tests.conftest import SEED, SEED_AS_OF, StatementLog, seed_bytes, serve
 from tests.pgcontrol import StoppablePostgres

@@ -18,7 +18,7 @@ import sys
 import asyncpg
 import pytest
 
-from app.ingest.store import load_file
+from app.ingest.load import load_file
 from tests.conftest import AUG9, ROOT, SEED, free_port, npm_install
 from tests.test_splice import own_work_retraction  # noqa: F401
 

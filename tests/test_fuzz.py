@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app import record
-from app.ingest.store import ImportRejected, load_file
+from app.ingest.store import ImportRejected
+from app.ingest.load import load_file
 from tests.conftest import FACT_TABLES as TABLES, seed_bytes
 
 EXAMPLES = int(os.environ.get("PITH_FUZZ_EXAMPLES", "25"))

@@ -395,7 +395,7 @@ async def test_a_full_table_evicts_the_least_recently_used(empty_database, monke
 
 async def test_a_database_failure_reaches_every_transport_masked_with_the_request_id_and_is_logged_once(
         empty_database):
-    from app.ingest.store import load_file
+    from app.ingest.load import load_file
 
     conn = await asyncpg.connect(empty_database)
     try:

@@ -11,7 +11,8 @@ import pytest
 import pytest_asyncio
 
 from app import record
-from app.ingest.store import ImportRejected, load_file
+from app.ingest.store import ImportRejected
+from app.ingest.load import load_file
 from tests.conftest import FACT_TABLES, AUG9, SEED, aug9_documents, seed_bytes
 from tests.test_record import pith_graph
 

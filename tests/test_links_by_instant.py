@@ -11,7 +11,7 @@ import json
 import asyncpg
 import pytest
 
-from app.ingest.store import load_file
+from app.ingest.load import load_file
 from tests.conftest import StatementLog, create_database, drop_database, sample_database, serve
 from tests.test_refresh import ARXIV_WORK, OTHER, jsonl
 from tests.test_sources import PAPER, imported, pith, rw_csv

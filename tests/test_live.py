@@ -23,7 +23,7 @@ import pytest
 import pytest_asyncio
 import websockets
 
-from app.ingest.store import load_file
+from app.ingest.load import load_file
 from tests.conftest import AUG9, LONG_TESTS, SEED, LiveServer, aug9_documents, create_database, drop_database
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")

@@ -18,7 +18,8 @@ import pytest_asyncio
 
 from app.ingest import store
 from app.ingest.document import parse_document
-from app.ingest.store import TABLES, ImportRejected, Loader, load_file
+from app.ingest.store import TABLES, ImportRejected, Loader
+from app.ingest.load import load_file
 from tests.conftest import SEED, drop_database, synthetic_database
 from tests.test_import import conflicting_pair, fact_counts, redigest, rejected, seed, write
 

@@ -9,7 +9,7 @@ import asyncpg
 import httpx
 import pytest
 
-from app.ingest.store import load_file
+from app.ingest.load import load_file
 from tests.conftest import AUG9, SEED, SEED_AS_OF, LiveServer
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")

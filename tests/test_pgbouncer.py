@@ -22,7 +22,7 @@ import pytest
 import pytest_asyncio
 import websockets
 
-from app.ingest.store import load_file
+from app.ingest.load import load_file
 from tests.conftest import AUG9, LONG_TESTS, SEED, LiveServer, create_database, drop_database, free_port
 
 pytestmark = [pytest.mark.asyncio(loop_scope="session"),

@@ -136,7 +136,7 @@ async def test_reads_come_from_the_replica_and_loads_reach_it(replica):
             try:
                 loaded = await conn.fetchval("SELECT 1")  # the primary takes writes: load there
                 assert loaded == 1
-                from app.ingest.store import load_file
+                from app.ingest.load import load_file
 
                 await load_file(conn, str(SEED))
                 await load_file(conn, str(AUG9))
@@ -186,7 +186,7 @@ async def test_a_paused_replicas_subscribers_get_the_primarys_events_and_a_stopp
     stops sends its reads to the primary, and /readyz and the lag metric say what is degraded."""
     import httpx
 
-    from app.ingest.store import load_file
+    from app.ingest.load import load_file
     from tests.conftest import LiveServer
     from tests.test_live import CITATIONS, PAPER, Subscription, new_inbound_ids
 

@@ -19,7 +19,7 @@ import pytest_asyncio
 import websockets
 
 from app.ingest.doi import normalize_doi
-from app.ingest.store import load_file
+from app.ingest.load import load_file
 from tests.conftest import AUG9, ROOT, LiveServer, StatementLog, create_database, drop_database, sample_database, serve
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")

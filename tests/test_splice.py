@@ -18,7 +18,7 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from app.ingest.store import load_file
+from app.ingest.load import load_file
 from tests.conftest import AUG9, SEED, create_database, drop_database
 from tests.test_live import (CITING, LATER, PAPER, Subscription, fifth_of_august, later_documents,  # noqa: F401
                              load_in_another_process, pith_graph)

@@ -14,7 +14,7 @@ from datetime import timedelta
 import asyncpg
 import pytest
 
-from app.ingest.store import load_file
+from app.ingest.load import load_file
 from tests.conftest import AUG9, SEED
 from tests.graphs import BASE, Graph
 

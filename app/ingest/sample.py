@@ -16,7 +16,7 @@ from typing import Final
 import asyncpg
 
 from app.ingest.sources import Importer, instant
-from app.ingest.store import load_file
+from app.ingest.load import load_file
 
 # (source, files, observed at, partial): in this order, each one import (one transaction, one instant).
 # The arXiv record first: the citation row is the paper's only once the paper and its journal DOI are known.
