@@ -16,10 +16,10 @@ import asyncpg
 import pytest
 import pytest_asyncio
 
-from app.ingest import store
+from app.ingest import load, store
 from app.ingest.document import parse_document
-from app.ingest.store import TABLES, ImportRejected, Loader
 from app.ingest.load import load_file
+from app.ingest.store import TABLES, ImportRejected, Loader
 from tests.conftest import SEED, drop_database, synthetic_database
 from tests.test_import import conflicting_pair, fact_counts, redigest, rejected, seed, write
 
@@ -134,7 +134,7 @@ async def test_a_load_of_the_dump_adds_every_fact_once_a_rerun_none_and_dumps_th
 
 
 async def test_conflicts_between_batches_are_found_in_the_stage(empty_database, tmp_path, monkeypatch):
-    monkeypatch.setattr(store, "LOAD_BATCH_DOCUMENTS", 1)  # every document its own batch: only the stage compares them
+    monkeypatch.setattr(load, "LOAD_BATCH_DOCUMENTS", 1)  # every document its own batch: only the stage compares them
     conn = await asyncpg.connect(empty_database)
     try:
         error = await rejected(conn, write(tmp_path, "pair.ndjson", conflicting_pair()))
@@ -165,7 +165,7 @@ async def test_a_load_merged_batch_by_batch_is_the_load_in_one_batch(dumped, adm
     _, path = dumped
     states = []
     for batch in (1, 10_000):
-        monkeypatch.setattr(store, "LOAD_BATCH_DOCUMENTS", batch)
+        monkeypatch.setattr(load, "LOAD_BATCH_DOCUMENTS", batch)
         url = await create_database(admin_url, "pith_test_batches")
         try:
             conn = await asyncpg.connect(url)
@@ -178,7 +178,7 @@ async def test_a_load_merged_batch_by_batch_is_the_load_in_one_batch(dumped, adm
             await drop_database(admin_url, url)
     assert states[0] == states[1]
 
-    monkeypatch.setattr(store, "LOAD_BATCH_DOCUMENTS", 1)
+    monkeypatch.setattr(load, "LOAD_BATCH_DOCUMENTS", 1)
     lines = [line for line in path.read_text().splitlines() if line.strip()]
     bad_json = tmp_path / "bad-last-json.ndjson"
     bad_json.write_text("\n".join(lines) + "\n{not json\n")

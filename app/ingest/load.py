@@ -19,7 +19,9 @@ from app.ingest.checks import CheckLedger, document_checks, settle
 from app.ingest.document import DocumentError, parse_document
 from app.ingest.links import settle_links
 from app.ingest.sources import kept_for_staged_papers, lock_kept_references, take_up_kept, waiting_line
-from app.ingest.store import LOAD_BATCH_DOCUMENTS, ImportRejected, Loader, LoadResult, append_ends
+from app.ingest.store import ImportRejected, Loader, LoadResult, append_ends
+
+LOAD_BATCH_DOCUMENTS = 100  # a load merges each batch while it reads the next
 
 
 def _documents(stream: IO[bytes], ndjson: bool) -> Iterator[tuple[int | None, Any]]:

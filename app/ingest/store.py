@@ -47,7 +47,6 @@ TABLES: tuple[Table, ...] = (
 )
 
 BATCH_DOCUMENTS = 500
-LOAD_BATCH_DOCUMENTS = 100  # a load merges each batch while it reads the next
 
 
 class ImportRejected(Exception):
