@@ -523,11 +523,13 @@ async def test_references_kept_for_a_paper_are_added_when_a_v1_load_brings_it(ad
     assert "references kept for these papers added" in said["documents last"], said
 
 
-async def test_an_arxiv_import_and_a_source_import_at_once_miss_no_reference(admin_url, tmp_path):
-    """An arXiv import and an OpenAlex import run at the same time (one cron job per source): the OpenAlex import
-    decides whether the paper is loaded only once the arXiv import has committed it, or the arXiv import sees the
-    references the OpenAlex import kept. Made deterministic: a side transaction holds the change log's lock, which
-    the arXiv import takes before it commits; the OpenAlex import starts while the arXiv import waits there."""
+@pytest.mark.parametrize("source", ["openalex", "crossref"])
+async def test_an_arxiv_import_and_a_source_import_at_once_miss_no_reference(admin_url, tmp_path, source):
+    """An arXiv import and an OpenAlex (or Crossref) import run at the same time (one cron job per source): the
+    source's import decides whether the paper is loaded (or whose DOI a work's is) only once the arXiv import has
+    committed it, or the arXiv import sees the references the other kept. Made deterministic: a side transaction
+    holds the change log's lock, which the arXiv import takes before it commits; the other import starts while the
+    arXiv import waits there. (Crossref: a journal work's list, which is counted, not kept, when read first.)"""
     import subprocess
     import sys
     import os
@@ -535,11 +537,15 @@ async def test_an_arxiv_import_and_a_source_import_at_once_miss_no_reference(adm
 
     from app.ingest.store import CHANGE_LOG_LOCK
 
-    paper = {"id": LATE, "title": "A late paper", "categories": "cs.LG",
+    paper = {"id": LATE, "title": "A late paper", "categories": "cs.LG", "doi": "10.1000/journal.1",
              "versions": [{"version": "v1", "created": "Thu, 2 Jan 2025 10:00:00 GMT"}]}
     work = {"id": "https://openalex.org/W9000000077", "doi": None, "title": "A late paper", "publication_year": 2025,
             "locations": [{"landing_page_url": f"https://arxiv.org/abs/{LATE}v1"}], "referenced_works": [REAL["id"]]}
-    arxiv_file, openalex_file = jsonl(tmp_path / "arxiv.jsonl", paper), jsonl(tmp_path / "oa.jsonl", work, REAL)
+    journal = {**plos_work(), "DOI": "10.1000/journal.1"}
+    journal["reference"] = journal["reference"][:5]
+    arxiv_file = jsonl(tmp_path / "arxiv.jsonl", paper)
+    source_file = jsonl(tmp_path / "oa.jsonl", work, REAL) if source == "openalex" else \
+        jsonl(tmp_path / "cr.jsonl", journal)
     url = await create_database(admin_url, "pith_test_kept_race")
     side = await asyncpg.connect(url)
 
@@ -560,10 +566,10 @@ async def test_an_arxiv_import_and_a_source_import_at_once_miss_no_reference(adm
         await side.execute("SELECT pg_advisory_xact_lock($1)", CHANGE_LOG_LOCK)
         arxiv = start("arxiv", arxiv_file, "2026-09-01T01:00:00Z")
         await waiting(1)
-        openalex = start("openalex", openalex_file, "2026-09-01T04:00:00Z")
+        other = start(source, source_file, "2026-09-01T04:00:00Z")
         await waiting(2)
         await held.rollback()
-        for child in (arxiv, openalex):
+        for child in (arxiv, other):
             _, err = await asyncio.to_thread(child.communicate, timeout=120)
             assert child.returncode == 0, err.decode()
         observations = await side.fetchval("SELECT count(*) FROM citation_observations WHERE citing_arxiv_id = $1",
@@ -572,4 +578,38 @@ async def test_an_arxiv_import_and_a_source_import_at_once_miss_no_reference(adm
     finally:
         await side.close()
         await drop_database(admin_url, url)
-    assert (observations, kept) == (1, 0)
+    assert (observations, kept) == ((1 if source == "openalex" else 5), 0)
+
+
+async def test_a_doi_a_paper_had_only_later_takes_no_references_of_earlier_instants(admin_url, tmp_path):
+    """A journal work's Crossref list (1 September) belongs to an arXiv paper from the instant the paper is said to
+    have that DOI: loaded on 1 August without one and given it on 1 October, or first loaded on 1 October, the list
+    of 1 September is not the paper's at any instant, in date order or not, and no import asks for it again."""
+    journal = {**plos_work(), "DOI": "10.1000/journal.2"}
+    journal["reference"] = journal["reference"][:4]
+    crossref = ("crossref", "2026-09-01T03:00:00Z", jsonl(tmp_path / "cr.jsonl", journal))
+
+    def arxiv(name: str, at: str, doi: str | None) -> tuple[str, str, str]:
+        record = {"id": "1203.00077", "title": "A paper", "categories": "q-bio.PE",
+                  "versions": [{"version": "v1", "created": "Mon, 5 Mar 2012 10:00:00 GMT"}], **({"doi": doi} if doi else {})}
+        return ("arxiv", at, jsonl(tmp_path / f"{name}.jsonl", record))
+
+    cases = {"a DOI given later": [arxiv("aug", "2026-08-01T01:00:00Z", None), arxiv("oct", "2026-10-01T01:00:00Z",
+                                                                                    "10.1000/journal.2")],
+             "loaded later": [arxiv("oct", "2026-10-01T01:00:00Z", "10.1000/journal.2")]}
+    query = """query($at: DateTime) { paper(arxivId: "1203.00077", asOf: $at) { doi outbound(first: 10) { totalCount } } }"""
+    for name, papers in cases.items():
+        found = {}
+        for order in ("date order", "list first"):
+            url = await create_database(admin_url, "pith_test_doi_later")
+            try:
+                steps = sorted(papers + [crossref], key=lambda f: f[1]) if order == "date order" else [crossref] + papers
+                said = [imported(url, source, path, at=at) for source, at, path in steps]
+                assert not any("not kept" in x for x in said), (name, order, said)
+                async for served in serve(url, StatementLog()):
+                    found[order] = [(await served.graphql(query, {"at": at}))["data"]["paper"]
+                                    for at in ("2026-09-15T00:00:00Z", "2026-10-15T00:00:00Z")]
+            finally:
+                await drop_database(admin_url, url)
+        assert found["list first"] == found["date order"], name
+        assert [p and p["outbound"]["totalCount"] for p in found["date order"]] == [0 if len(papers) == 2 else None, 0]

@@ -528,13 +528,30 @@ async def test_a_broken_file_stores_nothing_and_says_where(seeded, tmp_path):
     header_only.write_text(RW_HEADER + "\n")
     page.write_text("<!DOCTYPE html><html><body>Rate limited</body></html>\n")
     for source, path, said in (("retraction-watch", empty, "the file is empty"),
-                               ("retraction-watch", header_only, "no rows"),
+                               ("retraction-watch", header_only, "no row with a usable OriginalPaperDOI"),
                                ("retraction-watch", page, "no OriginalPaperDOI, RetractionNature column"),
                                ("opencitations", empty, "the file is empty"),
                                ("opencitations", page, "no citing, cited column")):
         done = pith("import", source, str(path), url=url)
         assert done.returncode == 1 and said in done.stderr.decode(), (source, path, done.stderr.decode())
         assert "nothing of this import was written" in done.stderr.decode()
+    unusable = tmp_path / "unusable.csv"  # rows, none of them usable: as the whole database, every work clean
+    unusable.write_text(rw_csv([{"OriginalPaperDOI": "unavailable", "RetractionNature": "Retraction"},
+                                {"OriginalPaperDOI": "", "RetractionNature": "Retraction"}]))
+    oai_error = tmp_path / "oai.xml"
+    oai_error.write_text('<?xml version="1.0"?><OAI-PMH xmlns="http://www.openarchives.org/OAI/2.0/">'
+                         '<error code="badArgument">Illegal argument</error></OAI-PMH>')
+    crossref_error, openalex_error = tmp_path / "crossref-error.json", tmp_path / "openalex-error.json"
+    crossref_error.write_text(json.dumps({"status": "error", "message-type": "validation-failure",
+                                          "message": [{"type": "parameter-not-allowed", "value": "x"}]}))
+    openalex_error.write_text(json.dumps({"error": "Invalid query parameters error.", "message": "x is not valid"}))
+    for source, path, said in (("retraction-watch", unusable, "no row with a usable OriginalPaperDOI"),
+                               ("arxiv", page, "not an OAI-PMH answer"),
+                               ("arxiv", oai_error, "badArgument"),
+                               ("crossref", crossref_error, "an error answer"),
+                               ("openalex", openalex_error, "x is not valid")):
+        done = pith("import", source, str(path), url=url)
+        assert done.returncode == 1 and said in done.stderr.decode(), (source, path, done.stderr.decode())
     assert pith("import", "retraction-watch", "--partial", str(header_only), url=url).returncode == 0  # an excerpt
     assert await facts(url) == before
     wrong = pith("import", "crossref", "--observed-at", "yesterday", good, url=url)

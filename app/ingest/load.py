@@ -163,11 +163,13 @@ async def _load_file_once(conn: asyncpg.Connection, path: str, progress: IO[str]
     finally:
         stream.close()
     # References the sources gave for these papers before they were loaded: added as the arXiv import adds them.
-    taken, taken_facts = await take_up_kept(conn, taking_up)
+    taken, taken_facts, still_kept = await take_up_kept(conn, taking_up)
     seconds = time.monotonic() - started
     if progress is not None:
         print(f"{path}: loaded {documents} documents, {added} new facts in {seconds:.2f}s "
               f"({documents / seconds if seconds else documents:.0f} documents/s)"
               + (f"; {taken} references kept for these papers added ({taken_facts} facts)" if taken else "")
+              + (f"; {still_kept} references kept for these papers are of instants before their snapshots: kept "
+                 "until an earlier snapshot of them is loaded" if still_kept else "")
               + waiting_line(waiting), file=progress, flush=True)
     return LoadResult(path, documents, added + taken_facts, seconds)

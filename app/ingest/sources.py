@@ -116,6 +116,7 @@ class Summary:
     facts_added: int = 0
     linked: int = 0  # references kept unlinked by an earlier import, linked by this one
     taken_up: int = 0  # references kept until their arXiv paper was loaded, added by this (arXiv) import
+    still_kept: int = 0  # references kept for its papers, of instants before the papers' first snapshot by then
     # An arXiv import: references counted, not kept, of works whose DOI it names as a paper's, by the snapshot
     # that gave them (source, instant): importing that snapshot again adds them.
     waiting: dict[tuple[str, str], int] = field(default_factory=dict)
@@ -132,6 +133,8 @@ class Summary:
                 + (f" ({detail})" if detail else "")
                 + (f", {self.linked} kept references linked" if self.linked else "")
                 + (f", {self.taken_up} references kept for these papers added" if self.taken_up else "")
+                + (f"; {self.still_kept} references kept for these papers are of instants before their snapshots: "
+                   "kept until an earlier snapshot of them is loaded" if self.still_kept else "")
                 + waiting_line(self.waiting)
                 + f" in {self.seconds:.2f}s ({rate:.0f} records/s)")
 
@@ -210,7 +213,8 @@ def json_records(stream: IO[bytes], keys: tuple[str, ...]) -> Iterator[tuple[int
                     value = json.loads(raw)
                 except (UnicodeDecodeError, json.JSONDecodeError) as exc:
                     raise Broken(f"line {number}", f"not valid JSON: {exc}") from None
-            if type(value) is dict and "message" not in value and not any(k in value for k in keys):  # (most)
+            if type(value) is dict and "message" not in value and not any(k in value for k in keys) \
+                    and value.get("status") != "error":  # (most)
                 yield number, value
                 continue
             for i, record in enumerate(_records_of(value, keys)):
@@ -233,7 +237,12 @@ def _whole(line: str) -> bool:
 
 
 def _records_of(document: Any, keys: tuple[str, ...]) -> Iterator[Any]:
-    """The records of a value: a REST answer's message, a list under one of `keys`, a list, or itself."""
+    """The records of a value: a REST answer's message, a list under one of `keys`, a list, or itself (an error
+    answer saved as the file, Crossref's or OpenAlex's, is refused)."""
+    if isinstance(document, dict) and (document.get("status") == "error"
+                                       or ("error" in document and isinstance(document.get("message"), str))):
+        said = document.get("message") if isinstance(document.get("message"), str) else document.get("error")
+        raise Broken("record 1", f"an error answer, not records: {json.dumps(said)[:200]}")
     if isinstance(document, dict) and isinstance(document.get("message"), dict):
         document = document["message"]  # a Crossref REST answer: one work, or {"items": [...]}
     if isinstance(document, dict):
@@ -371,6 +380,7 @@ class Importer:
         self.unkept: list[tuple[str, int]] = []
         self.locked = False
         self.import_id = uuid.uuid4()
+        self.usable_rows = 0  # Retraction Watch: rows with a DOI and a known nature
 
     async def run(self, paths: list[str], *, kept_for: list[str] | None = None) -> Summary:
         """Import the files; or, with kept_for (and no files), add the references this source's snapshot of this
@@ -390,10 +400,11 @@ class Importer:
             await self.loader.start()
             for path in paths:
                 await self._file(path)
-            if self.whole_database and not self.summary.records:
+            if self.whole_database and not self.usable_rows:
                 # (Every work would be found clean: each retraction the database reported would end here.)
-                raise ImportRejected(paths[-1], "no rows: the whole Retraction Watch database has tens of thousands; "
-                                                "an excerpt is imported with --partial")
+                raise ImportRejected(paths[-1], "no row with a usable OriginalPaperDOI and RetractionNature: the whole "
+                                                "Retraction Watch database has tens of thousands; an excerpt is "
+                                                "imported with --partial")
             if kept_for:
                 await self._take_kept(kept_for)
             await self._flush(final=True)
@@ -467,7 +478,7 @@ class Importer:
             await settle_links(self.conn)
             if self.source == "arxiv":
                 taking_up = await kept_for_staged_papers(self.conn, self.summary.waiting)
-        taken, added = await take_up_kept(self.conn, taking_up)
+        taken, added, self.summary.still_kept = await take_up_kept(self.conn, taking_up)
         self.summary.taken_up += taken
         self.summary.facts_added += added
         self.summary.seconds = time.monotonic() - started
@@ -570,6 +581,7 @@ class Importer:
         nature = RW_NATURES.get((row.get("RetractionNature") or "").strip().lower())
         if nature is None:
             return self.summary.skip("rows with an unknown RetractionNature")
+        self.usable_rows += 1
         report = self.report(doi)
         reported = _rw_date(row.get("RetractionDate", ""))
         if reported is None and (row.get("RetractionDate") or "").strip():
@@ -699,9 +711,8 @@ class Importer:
         """The reference lists of the batch's works that are arXiv papers (their journal DOI, or an arXiv
         DOI), as references of those papers in the lists' order; the others' are counted as skipped."""
         lists, self.reference_lists = self.reference_lists, {}
-        papers = {r["doi"]: r["arxiv_id"] for r in await self.conn.fetch(
-            "SELECT DISTINCT ON (doi) doi, arxiv_id FROM paper_dois WHERE doi = any($1::text[]) "
-            "ORDER BY doi, observed_at DESC", list(lists))}
+        await self._deciding()
+        papers = await self._papers_of_dois(list(lists))
         for doi, refs in lists.items():
             citing = papers.get(doi) or arxiv_id_of_doi(doi)
             if citing is None:
@@ -721,6 +732,18 @@ class Importer:
                     citing, i, f"crossref:{doi}:{ref.get('key') or i}", normalize_doi(ref.get("DOI")), printed,
                     int(year[:4]) if isinstance(year, str) and year[:4].isdigit() else None,
                     asserted_by=asserted if isinstance(asserted, str) else None))
+
+    async def _deciding(self) -> None:
+        """Before deciding which citing papers are loaded: where no arXiv import or load is committing one."""
+        if not self.locked:
+            await lock_kept_references(self.conn)
+            self.locked = True
+
+    async def _papers_of_dois(self, dois: list[str]) -> dict[str, str]:
+        """The arXiv paper each DOI was the journal DOI of, as of this import's instant (date order's answer)."""
+        return {r["doi"]: r["arxiv_id"] for r in await self.conn.fetch(
+            "SELECT DISTINCT ON (doi) doi, arxiv_id FROM paper_dois WHERE doi = any($1::text[]) AND observed_at <= $2 "
+            "ORDER BY doi, observed_at DESC", dois, self.at)}
 
     async def _take_kept(self, citing: list[str]) -> None:
         """The references this source's snapshot of this instant gave for these citing ids and DOIs, kept until
@@ -910,13 +933,9 @@ class Importer:
         citing DOI is a known arXiv paper's. A referenced work not described in the same import is
         kept as an unlinked observation (its OpenAlex id as the printed title), resolvable later."""
         refs, self.references = self.references, []
-        if not self.locked:  # (whether a citing paper is loaded, decided where no arXiv import is committing one)
-            await lock_kept_references(self.conn)
-            self.locked = True
+        await self._deciding()
         if self.source == "opencitations":
-            by_doi = {r["doi"]: r["arxiv_id"] for r in await self.conn.fetch(
-                "SELECT DISTINCT ON (doi) doi, arxiv_id FROM paper_dois WHERE doi = any($1::text[]) "
-                "ORDER BY doi, observed_at DESC", list({r.citing_doi for r in refs if r.citing_doi}))}
+            by_doi = await self._papers_of_dois(list({r.citing_doi for r in refs if r.citing_doi}))
             kept = []
             for r in refs:
                 citing = by_doi.get(r.citing_doi or "") or arxiv_id_of_doi(r.citing_doi or "")
@@ -990,7 +1009,10 @@ async def kept_for_staged_papers(conn: asyncpg.Connection, waiting: dict[tuple[s
             "SELECT s.source, s.observed_at, s.import_id, u.doi, d.arxiv_id, sum(u.n) AS n "
             "FROM skipped_reference_lists AS s CROSS JOIN LATERAL unnest(s.dois, s.counts) AS u(doi, n) "
             "JOIN (SELECT DISTINCT doi, arxiv_id FROM stage_paper_dois) AS d ON d.doi = u.doi "
-            "GROUP BY 1, 2, 3, 4, 5) AS p WHERE NOT EXISTS (SELECT 1 FROM citation_observations AS o "
+            "GROUP BY 1, 2, 3, 4, 5) AS p WHERE EXISTS (SELECT 1 FROM paper_dois AS x WHERE x.arxiv_id = p.arxiv_id "
+            "AND x.doi = p.doi AND x.observed_at <= p.observed_at) AND EXISTS (SELECT 1 FROM paper_snapshots AS x "
+            "WHERE x.arxiv_id = p.arxiv_id AND x.observed_at <= p.observed_at) "
+            "AND NOT EXISTS (SELECT 1 FROM citation_observations AS o "
             "JOIN resolutions AS r USING (observation_id) WHERE o.citing_arxiv_id = p.arxiv_id "
             "AND o.source = p.source AND r.observed_at = p.observed_at) "
             "ORDER BY source, observed_at, doi, n DESC) AS w GROUP BY 1, 2"):
@@ -1001,15 +1023,17 @@ async def kept_for_staged_papers(conn: asyncpg.Connection, waiting: dict[tuple[s
         "GROUP BY 1, 2 ORDER BY 2, 1")
 
 
-async def take_up_kept(conn: asyncpg.Connection, groups: list[Any]) -> tuple[int, int]:
+async def take_up_kept(conn: asyncpg.Connection, groups: list[Any]) -> tuple[int, int, int]:
     """After the arXiv import (or load) committed: each source's snapshot whose references waited for its papers, in
     its own transaction and at its own instant, through the import's own path (a failure there leaves them kept,
-    for the next import of the papers). (References added, facts added.)"""
-    taken = added = 0
+    for the next import of the papers). (References added, facts added, references kept again: their instants are
+    before the papers' first snapshots.)"""
+    taken = added = again = 0
     for group in groups:
-        later = await Importer(conn, group["source"], group["observed_at"]).run([], kept_for=group["citing"])
-        taken, added = taken + later.taken_up, added + later.facts_added
-    return taken, added
+        later = Importer(conn, group["source"], group["observed_at"])
+        summary = await later.run([], kept_for=group["citing"])
+        taken, added, again = taken + summary.taken_up, added + summary.facts_added, again + later.kept_again
+    return taken, added, again
 
 
 # --- the standing rule's runs ---------------------------------------------------------------------
@@ -1250,10 +1274,17 @@ def arxiv_oai_records(stream: IO[bytes]) -> Iterator[tuple[str, dict]]:
     def local(tag: str) -> str:
         return tag.rsplit("}", 1)[-1]
 
-    n = 0
+    n, root = 0, None
     try:
-        for _, element in ET.iterparse(stream, events=("end",)):
-            if local(element.tag) != "arXivRaw":
+        for event, element in ET.iterparse(stream, events=("start", "end")):
+            tag = local(element.tag)
+            if event == "start":
+                root = root or tag
+                continue
+            if tag == "error" and element.get("code") != "noRecordsMatch":  # (no records: an empty answer)
+                raise Broken(f"record {n + 1}", f"an OAI-PMH error answer, not records: {element.get('code')}: "
+                                                f"{(element.text or '').strip()[:200]}")
+            if tag != "arXivRaw":
                 continue
             n += 1
             record: dict[str, Any] = {"versions": []}
@@ -1268,6 +1299,8 @@ def arxiv_oai_records(stream: IO[bytes]) -> Iterator[tuple[str, dict]]:
             yield f"record {n}", record
     except ET.ParseError as exc:
         raise Broken(f"line {exc.position[0]}", f"not valid XML: {exc}") from None
+    if root != "OAI-PMH":
+        raise Broken("line 1", f"not an OAI-PMH answer (its root element is <{root}>): expected arXivRaw records")
 
 
 def looks_like_xml(stream: IO[bytes]) -> bool:
