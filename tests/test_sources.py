@@ -521,21 +521,14 @@ async def test_a_broken_file_stores_nothing_and_says_where(seeded, tmp_path):
     bad_csv.write_bytes(RW_HEADER.encode() + b"\n1,\xff\xfe broken\n")
     done = pith("import", "retraction-watch", str(bad_csv), url=url)
     assert done.returncode == 1 and "UTF-8" in done.stderr.decode(), done.stderr.decode()
-    # A failed download saved under the file's name: an empty file, a header alone (which as the whole database
-    # would find every work clean, ending each retraction), an error page as an OpenCitations dump.
+    # A failed download saved under the file's name: an empty file, a header alone or rows none of which is usable
+    # (which as the whole database would find every work clean, ending each retraction), an error page, an error
+    # answer of the source's API.
     empty, header_only, page = tmp_path / "empty.csv", tmp_path / "header.csv", tmp_path / "page.csv"
     empty.write_bytes(b"")
     header_only.write_text(RW_HEADER + "\n")
     page.write_text("<!DOCTYPE html><html><body>Rate limited</body></html>\n")
-    for source, path, said in (("retraction-watch", empty, "the file is empty"),
-                               ("retraction-watch", header_only, "no row with a usable OriginalPaperDOI"),
-                               ("retraction-watch", page, "no OriginalPaperDOI, RetractionNature column"),
-                               ("opencitations", empty, "the file is empty"),
-                               ("opencitations", page, "no citing, cited column")):
-        done = pith("import", source, str(path), url=url)
-        assert done.returncode == 1 and said in done.stderr.decode(), (source, path, done.stderr.decode())
-        assert "nothing of this import was written" in done.stderr.decode()
-    unusable = tmp_path / "unusable.csv"  # rows, none of them usable: as the whole database, every work clean
+    unusable = tmp_path / "unusable.csv"
     unusable.write_text(rw_csv([{"OriginalPaperDOI": "unavailable", "RetractionNature": "Retraction"},
                                 {"OriginalPaperDOI": "", "RetractionNature": "Retraction"}]))
     oai_error = tmp_path / "oai.xml"
@@ -545,13 +538,19 @@ async def test_a_broken_file_stores_nothing_and_says_where(seeded, tmp_path):
     crossref_error.write_text(json.dumps({"status": "error", "message-type": "validation-failure",
                                           "message": [{"type": "parameter-not-allowed", "value": "x"}]}))
     openalex_error.write_text(json.dumps({"error": "Invalid query parameters error.", "message": "x is not valid"}))
-    for source, path, said in (("retraction-watch", unusable, "no row with a usable OriginalPaperDOI"),
+    for source, path, said in (("retraction-watch", empty, "the file is empty"),
+                               ("retraction-watch", header_only, "no row with a usable OriginalPaperDOI"),
+                               ("retraction-watch", unusable, "no row with a usable OriginalPaperDOI"),
+                               ("retraction-watch", page, "no OriginalPaperDOI, RetractionNature column"),
+                               ("opencitations", empty, "the file is empty"),
+                               ("opencitations", page, "no citing, cited column"),
                                ("arxiv", page, "not an OAI-PMH answer"),
                                ("arxiv", oai_error, "badArgument"),
                                ("crossref", crossref_error, "an error answer"),
                                ("openalex", openalex_error, "x is not valid")):
         done = pith("import", source, str(path), url=url)
         assert done.returncode == 1 and said in done.stderr.decode(), (source, path, done.stderr.decode())
+        assert "nothing of this import was written" in done.stderr.decode()
     assert pith("import", "retraction-watch", "--partial", str(header_only), url=url).returncode == 0  # an excerpt
     assert await facts(url) == before
     wrong = pith("import", "crossref", "--observed-at", "yesterday", good, url=url)
