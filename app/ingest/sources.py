@@ -376,7 +376,8 @@ class Importer:
         # References of arXiv papers not loaded by this instant (migration 0026): kept, each as (citing, key, JSON);
         # and the Crossref lists of DOIs no arXiv paper has, counted as (DOI, references).
         self.kept: list[tuple[str, str, str]] = []
-        self.kept_again = 0  # (references kept: their number)
+        self.kept_count = 0  # references kept by this import
+        self._keeping = False  # the batches' kept references spill to a temporary table (_spill_kept)
         self.unkept: list[tuple[str, int]] = []
         self.locked = False
         self.import_id = uuid.uuid4()
@@ -394,8 +395,8 @@ class Importer:
             # not in spill files (the 4 MB default spills every one of them to disk).
             await self.conn.execute("SET LOCAL jit = off; SET LOCAL max_parallel_workers_per_gather = 0; "
                                     "SET LOCAL work_mem = '64MB'")
-            if self.source == "arxiv":
-                await lock_kept_references(self.conn)
+            if self.source == "arxiv":  # (from the start: its papers are uncommitted until the end)
+                await self._deciding()
             self.loader = Loader(self.conn, f"{self.source} import", staged_unique=True)  # see DEDUPE
             await self.loader.start()
             for path in paths:
@@ -409,7 +410,7 @@ class Importer:
                 await self._take_kept(kept_for)
             await self._flush(final=True)
             await self._store_kept()
-            self.summary.taken_up -= self.kept_again if kept_for else 0  # (kept again: no paper by this instant)
+            self.summary.taken_up -= self.kept_count if kept_for else 0  # (kept again: no paper by this instant)
             if self.whole_database:
                 # The file is the whole database: every work with a DOI was checked, and found clean
                 # unless a row said otherwise.
@@ -768,14 +769,14 @@ class Importer:
         self.summary.taken_up = len(refs)
 
     def _keep(self, r: Reference, citing: str) -> None:
-        self.kept_again += 1
+        self.kept_count += 1
         self.kept.append((citing, r.key, orjson.dumps(
             (r.citing_arxiv_id, r.index, r.key, r.doi, r.title, r.year, r.citing_doi, r.asserted_by,
              r.linked_at.isoformat() if r.linked_at else None)).decode()))
 
     async def _spill_kept(self) -> None:
         """The batch's kept references and counted lists, to temporary tables (memory stays bounded by the batch)."""
-        if not hasattr(self, "_keeping"):
+        if not self._keeping:
             await self.conn.execute("CREATE TEMP TABLE stage_kept (citing text, key text, reference jsonb) "
                                     "ON COMMIT DROP")
             self._keeping = True
@@ -792,9 +793,7 @@ class Importer:
     async def _store_kept(self) -> None:
         """The references kept (and lists counted) by this import, at its instant: the same snapshot imported
         again replaces its own."""
-        if not hasattr(self, "_keeping"):
-            return
-        if self.kept_again:
+        if self.kept_count:
             await self.conn.execute(
                 "INSERT INTO kept_references SELECT DISTINCT ON (citing, key) citing, $1, $2, key, reference "
                 "FROM stage_kept ORDER BY citing, key, ctid DESC "
@@ -1032,7 +1031,7 @@ async def take_up_kept(conn: asyncpg.Connection, groups: list[Any]) -> tuple[int
     for group in groups:
         later = Importer(conn, group["source"], group["observed_at"])
         summary = await later.run([], kept_for=group["citing"])
-        taken, added, again = taken + summary.taken_up, added + summary.facts_added, again + later.kept_again
+        taken, added, again = taken + summary.taken_up, added + summary.facts_added, again + later.kept_count
     return taken, added, again
 
 
@@ -1274,13 +1273,10 @@ def arxiv_oai_records(stream: IO[bytes]) -> Iterator[tuple[str, dict]]:
     def local(tag: str) -> str:
         return tag.rsplit("}", 1)[-1]
 
-    n, root = 0, None
+    n, tag = 0, None
     try:
-        for event, element in ET.iterparse(stream, events=("start", "end")):
+        for _, element in ET.iterparse(stream, events=("end",)):
             tag = local(element.tag)
-            if event == "start":
-                root = root or tag
-                continue
             if tag == "error" and element.get("code") != "noRecordsMatch":  # (no records: an empty answer)
                 raise Broken(f"record {n + 1}", f"an OAI-PMH error answer, not records: {element.get('code')}: "
                                                 f"{(element.text or '').strip()[:200]}")
@@ -1299,8 +1295,8 @@ def arxiv_oai_records(stream: IO[bytes]) -> Iterator[tuple[str, dict]]:
             yield f"record {n}", record
     except ET.ParseError as exc:
         raise Broken(f"line {exc.position[0]}", f"not valid XML: {exc}") from None
-    if root != "OAI-PMH":
-        raise Broken("line 1", f"not an OAI-PMH answer (its root element is <{root}>): expected arXivRaw records")
+    if tag != "OAI-PMH":  # (the last element to end is the root)
+        raise Broken("line 1", f"not an OAI-PMH answer (its root element is <{tag}>): expected arXivRaw records")
 
 
 def looks_like_xml(stream: IO[bytes]) -> bool:

@@ -1,7 +1,5 @@
-"""Write facts: COPY into staging tables, then set-based inserts that report conflicting facts.
-
-One call of load_file is one transaction: every document of the file lands, or none does.
-"""
+"""Write facts: COPY into staging tables, then set-based inserts that report conflicting facts (the loads of
+app.ingest.load and the importers of app.ingest.sources both stage through Loader)."""
 
 from __future__ import annotations
 
