@@ -47,7 +47,7 @@ from app.db.pool import StatementTimeout
 from app.cost import Price, _parsed, actual_units, document_parts, operation_price, refusal
 from app.governor import RateLimited, Unauthenticated, rate_limit_headers
 from app.errors import deadline_error
-from app.pipeline import cost_extension, masked, report, settle
+from app.pipeline import cost_extension, masked, over_budget, report, settle
 from app.http import response_media_type
 from app.limits import MAX_TOKENS
 from app.timeparse import answered_as_of, is_pinned, now_as_of
@@ -285,6 +285,8 @@ class PreparedFastPath:
         governor = self.state.governor
         try:  # the pipeline's own admission: who asks, their budget, a heavy slot
             client = await self.state.identify(scope)
+            if over_budget(governor, client, scope) is not None:
+                return False  # the full stack refuses it, in its words (the same answer: the scope keeps it)
             ticket = await governor.admit(client, price.points, price.units)
         except (Unauthenticated, RateLimited):
             return False  # the full stack refuses it, in its words

@@ -14,6 +14,11 @@
   with one statement and spends it locally. Claims never pass the budget, so all processes together
   never admit more than it (no over-admission); what a process claimed and has not spent is unusable
   by the others until the hour ends (at most one chunk per process and client).
+- Requests are paced as well as priced (Pace): a client sends at most `requests_per_second` requests a
+  second to a process (PITH_REQUESTS_PER_SECOND), in bursts of twice as many; past that each request is
+  refused 429 (RATE_LIMITED, Retry-After) before it is read further, and costs a point of what the process
+  holds of the client's hour (no statement). HTTP requests, pages and each operation on a WebSocket or
+  stream are counted, by the one check every transport asks first (app.pipeline.over_budget).
 - Heavy operations (priced above HEAVY_COST) take a slot: at most HEAVY_PER_CLIENT per client and
   `heavy_slots` per process run at once, the rest wait their turn (within their deadline), so cheap
   lookups keep connections and the event loop.
@@ -26,6 +31,7 @@ import contextlib
 import hashlib
 import ipaddress
 import logging
+import math
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -78,6 +84,16 @@ class RateLimited(Exception):
                          f"per hour remain; the budget resets at {status.reset_text} (in {status.retry_after} s). "
                          "Ask for less (smaller first, fewer ids) or wait")
         self.status, self.cost = status, cost
+
+
+class TooFast(Exception):
+    """A request over its client's pace (Pace): refused 429 (RATE_LIMITED) with Retry-After."""
+
+    def __init__(self, rate: int, burst: int, wait: float) -> None:
+        self.rate, self.burst = rate, burst
+        self.retry_after = max(1, math.ceil(wait))
+        super().__init__(f"more than {rate} requests a second from this client (in bursts of up to {burst}); "
+                         f"slow down: retry after {self.retry_after} s")
 
 
 @dataclass(frozen=True)
@@ -304,6 +320,13 @@ class Budgets:
         if len(self._locks) > 10_000:
             self._locks = {k: v for k, v in self._locks.items() if v.locked()}
 
+    def spend_held(self, client: Client, points: int) -> None:
+        """Spend up to `points` of what this process has claimed of the client's hour, without a statement."""
+        if client.points_per_hour is None:
+            return
+        lease = self._lease(client)
+        lease.spent = max(lease.spent, min(lease.claimed, lease.spent + points))
+
     def refund(self, client: Client, points: int) -> None:
         if client.points_per_hour is None or points <= 0:
             return
@@ -335,6 +358,37 @@ class Budgets:
         claimed = lease.claimed if lease is not None else 0
         granted = max(0, min(wanted, limit - claimed))
         return granted, claimed + granted
+
+
+# --- pace: requests per second ------------------------------------------------------------------
+
+class Pace:
+    """Each client's requests per second in this process: a token bucket holding up to `burst` requests,
+    refilled at `rate` a second. A request takes a token, or is refused with the wait until one is free."""
+
+    def __init__(self, rate: int, burst: int | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.rate = rate
+        self.burst = burst if burst is not None else max(2, 2 * rate)
+        self.clock = clock
+        self._buckets: dict[str, tuple[float, float]] = {}  # client id -> (tokens, when counted)
+
+    def take(self, client_id: str) -> float:
+        """0.0 when a request may go on (its token taken); else the seconds until a token is free."""
+        now = self.clock()
+        found = self._buckets.get(client_id)
+        tokens = self.burst if found is None else min(self.burst, found[0] + (now - found[1]) * self.rate)
+        if tokens >= 1:
+            self._buckets[client_id] = (tokens - 1, now)
+            if found is None and len(self._buckets) > 100_000:
+                self._forget_full(now)
+            return 0.0
+        self._buckets[client_id] = (tokens, now)
+        return (1 - tokens) / self.rate
+
+    def _forget_full(self, now: float) -> None:
+        """Drop the buckets that have filled again (their clients are as if new)."""
+        self._buckets = {k: (t, at) for k, (t, at) in self._buckets.items()
+                         if t + (now - at) * self.rate < self.burst}
 
 
 # --- the governor: identify, admit, settle ------------------------------------------------------
@@ -394,7 +448,7 @@ class LightFirst:
 class Governor:
     def __init__(self, pool: Callable[[], asyncpg.Pool | None], *, anonymous_points_per_hour: int | None,
                  trusted_proxies: tuple[Network, ...] = (), heavy_slots: int = HEAVY_SLOTS,
-                 proxy_header: str = "x-forwarded-for") -> None:
+                 proxy_header: str = "x-forwarded-for", requests_per_second: int | None = None) -> None:
         self.pool = pool
         self.anonymous_points_per_hour = anonymous_points_per_hour or None
         self.trusted = trusted_proxies
@@ -403,6 +457,7 @@ class Governor:
                              "header your proxies set; the server reads no other)")
         self.proxy_header = proxy_header.lower().encode("latin-1")
         self.budgets = Budgets(pool)
+        self.paces = Pace(requests_per_second) if requests_per_second else None
         self.heavy = asyncio.Semaphore(max(1, heavy_slots))
         self.light_first = LightFirst()
         self._per_client: dict[str, asyncio.Semaphore] = {}
@@ -509,6 +564,23 @@ class Governor:
             self._key_table = {bytes(r["secret_sha256"]): r for r in rows}
             self._key_table_at = started
             self.key_reads += 1
+
+    def pace(self, client: Client, scope: Any = None) -> TooFast | None:
+        """The client's request taken against its pace: None, or TooFast (the refusal costs a point of what
+        this process holds of the client's hour, without a statement). A request's scope remembers the
+        answer, so a request asked twice (the prepared path, then the full stack) is counted once."""
+        if self.paces is None:
+            return None
+        if scope is not None and "pith.paced" in scope:
+            return scope["pith.paced"]
+        wait = self.paces.take(client.id)
+        refused = None
+        if wait > 0:
+            refused = TooFast(self.paces.rate, self.paces.burst, wait)
+            self.budgets.spend_held(client, 1)
+        if scope is not None:
+            scope["pith.paced"] = refused
+        return refused
 
     async def admit(self, client: Client, points: int, units: int) -> Ticket:
         """Charge the budget, then (for heavy work) wait for a slot; RateLimited when over budget."""

@@ -79,3 +79,6 @@ MAX_SUBSCRIPTIONS_PER_CLIENT: Final = 200
 PERSISTED_MAX_STORED: Final = 10_000  # documents kept; the least recently used go first
 PERSISTED_REGISTRATIONS_PER_MINUTE: Final = 60  # new documents one client may register
 DEFAULT_ANONYMOUS_POINTS_PER_HOUR: Final = 5_000  # on in production (PITH_ENV=production)
+# Requests one client may send a second, per process (app.governor.Pace), on in production; bursts of
+# twice as many. Cost budgets bound the work; this bounds the requests, refused ones included.
+DEFAULT_REQUESTS_PER_SECOND: Final = 20

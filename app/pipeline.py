@@ -21,7 +21,7 @@ from app.db.pool import DeadlinePassed, StatementTimeout
 from app.cost import (READING, DataScale, PaperSize, Price, _parsed, _plan, _validated, actual_units, by_identity,
                       operation_price, paper_sizes, priced_papers, refusal)
 from app.errors import OperationError, deadline_error
-from app.governor import RateLimited, Ticket
+from app.governor import RateLimited, Ticket, TooFast
 from app.limits import MAX_COST, MAX_NODES, RETRY_AFTER_SECONDS
 from app.logs import request_id
 from app.shape import TextRefused
@@ -57,16 +57,26 @@ async def admit(context: Any, price: Price) -> tuple[Ticket | None, GraphQLError
 WORK_UNIT_SECONDS = 30e-6
 
 
-def over_budget(governor: Any, client: Any) -> GraphQLError | None:
-    """RATE_LIMITED for a client with nothing left of its hour, before its request is read any further
-    (from memory: no statement); None otherwise. Every transport asks this first (app.graphql.view,
-    app.schema.Schema.stream)."""
+def over_budget(governor: Any, client: Any, scope: Any = None, *, pace: bool = True) -> GraphQLError | None:
+    """RATE_LIMITED for a client with nothing left of its hour, or over its pace (Governor.pace: requests a
+    second), before its request is read any further (from memory: no statement); None otherwise. Every
+    transport asks this first, once per request or streamed operation (app.graphql.view, the prepared path,
+    app.schema.Schema.stream); `scope` is the HTTP request's, so that a request asked twice counts once;
+    `pace` False for what was paced already (an HTTP stream's operation: its request was)."""
     if governor is None or client is None:
         return None
     status = governor.status(client)
-    if status is None or status.remaining > 0:
-        return None
-    return rate_limited_error(RateLimited(status, 1))
+    if status is not None and status.remaining <= 0:
+        return rate_limited_error(RateLimited(status, 1))
+    fast = governor.pace(client, scope) if pace else None
+    if fast is not None:
+        return too_fast_error(fast)
+    return None
+
+
+def too_fast_error(exc: TooFast) -> OperationError:
+    return OperationError(str(exc), "RATE_LIMITED", requestsPerSecond=exc.rate, burst=exc.burst,
+                          retryAfter=exc.retry_after)
 
 
 async def charge_refused(context: Any, units: int) -> None:

@@ -7,8 +7,8 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from app.limits import (DEFAULT_ANONYMOUS_POINTS_PER_HOUR, DEFAULT_REQUEST_TIMEOUT_SECONDS, HEAVY_SLOTS,
-                        MAX_SUBSCRIPTIONS_PER_CLIENT, MAX_WEBSOCKETS_PER_CLIENT)
+from app.limits import (DEFAULT_ANONYMOUS_POINTS_PER_HOUR, DEFAULT_REQUEST_TIMEOUT_SECONDS, DEFAULT_REQUESTS_PER_SECOND,
+                        HEAVY_SLOTS, MAX_SUBSCRIPTIONS_PER_CLIENT, MAX_WEBSOCKETS_PER_CLIENT)
 
 
 def _default_data_dir() -> Path:
@@ -61,6 +61,9 @@ class Settings:
     request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT_SECONDS
     # Points per hour for clients without a key (by IP address); None: unlimited. On in production.
     anonymous_points_per_hour: int | None = None
+    # Requests per second one client may send each process (bursts of twice as many); None: unlimited.
+    # On in production.
+    requests_per_second: int | None = None
     trusted_proxies: tuple[str, ...] = ()  # addresses or networks whose proxy header counts
     proxy_header: str = "x-forwarded-for"  # the one header trusted proxies set: x-forwarded-for or forwarded
     heavy_slots: int = HEAVY_SLOTS  # heavy operations (app.limits.HEAVY_COST) running at once per process
@@ -105,6 +108,8 @@ class Settings:
             request_timeout=read.seconds("PITH_REQUEST_TIMEOUT", DEFAULT_REQUEST_TIMEOUT_SECONDS) or None,
             anonymous_points_per_hour=read.integer(
                 "PITH_ANONYMOUS_POINTS_PER_HOUR", DEFAULT_ANONYMOUS_POINTS_PER_HOUR if production else 0, 0) or None,
+            requests_per_second=read.integer(
+                "PITH_REQUESTS_PER_SECOND", DEFAULT_REQUESTS_PER_SECOND if production else 0, 0) or None,
             trusted_proxies=read.checked("PITH_TRUSTED_PROXIES", _networks, ()),
             proxy_header=read.word("PITH_PROXY_HEADER", ("x-forwarded-for", "forwarded"), base.proxy_header),
             heavy_slots=read.integer("PITH_HEAVY_SLOTS", heavy_slots_for(read.integer("PITH_WORKERS", 1, 1)), 1),

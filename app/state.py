@@ -55,7 +55,8 @@ class App:
                                   tracer_provider=tracer_provider)
         self.governor = Governor(lambda: self.pool, anonymous_points_per_hour=settings.anonymous_points_per_hour,
                                  trusted_proxies=parse_networks(settings.trusted_proxies),
-                                 heavy_slots=settings.heavy_slots, proxy_header=settings.proxy_header)
+                                 heavy_slots=settings.heavy_slots, proxy_header=settings.proxy_header,
+                                 requests_per_second=settings.requests_per_second)
         manifest = load_manifest(settings.persisted_documents) if settings.persisted_documents else None
         self.persisted = PersistedDocuments(manifest, only=settings.persisted_only)
         self.prepared = PreparedOperations()

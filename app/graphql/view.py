@@ -114,7 +114,8 @@ class GraphQLView(StrawberryGraphQL[Context, None]):
         except Unauthenticated as exc:
             return http.transport_error(exc.status, str(exc), exc.code, headers=exc.headers)
         request.scope["pith.client"] = client
-        refused = over_budget(self.state.governor, client)  # nothing left of its hour: 429 before the body is read
+        # Spent, or too fast: 429 before the body is read.
+        refused = over_budget(self.state.governor, client, request.scope)
         if refused is not None:
             media = http.response_media_type(request.headers.get("accept")) or http.GRAPHQL_RESPONSE
             response = self.state.respond(ExecutionResult(data=None, errors=[refused]), media)
@@ -255,7 +256,7 @@ class GraphQLView(StrawberryGraphQL[Context, None]):
         if request_data.protocol != "http":
             request.scope["pith.stream"] = True
             live = self.state.context(context.client, hub=self.state.hub, per_connection=True,
-                                      app=PrimaryReads(self.state))
+                                      app=PrimaryReads(self.state), paced=True)
             return await super().execute_operation(request, request_adapter, request_data, live, root_value,
                                                    sub_response)
         media = sub_response.media_type

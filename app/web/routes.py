@@ -19,7 +19,7 @@ from starlette.staticfiles import StaticFiles
 from app import record
 from app.cost import PRICES, Price
 from app.errors import deadline_error
-from app.governor import RateLimited, Unauthenticated, rate_limit_headers
+from app.governor import RateLimited, TooFast, Unauthenticated, rate_limit_headers
 from app.limits import ARGUMENTS, MAX_NEIGHBOURHOOD_PAPERS, argument_default
 from app.timeparse import (ARXIV_ID_RULE, AS_OF_RULE, BadInput, answered_as_of, is_pinned, now_as_of,
                            parse_arxiv_id, parse_search_words)
@@ -84,6 +84,13 @@ def _unauthenticated(request: Request, exc: Unauthenticated) -> Response:
     return response
 
 
+def too_many(request: Request, exc: RateLimited | TooFast) -> Response:
+    """429 for a client over its budget or its pace, with the wait in Retry-After."""
+    response = error_for(request, 429, str(exc))
+    response.headers["Retry-After"] = str(exc.status.retry_after if isinstance(exc, RateLimited) else exc.retry_after)
+    return response
+
+
 def _arguments(request: Request) -> tuple[str, "datetime", bool]:
     try:
         arxiv_id = parse_arxiv_id(request.path_params["arxiv_id"])
@@ -123,10 +130,12 @@ def routes(app: Any) -> list:  # app.state.App
                 return _unauthenticated(request, exc)
             price = Price(0, units)
             try:
+                fast = governor.pace(client, request.scope)
+                if fast is not None:
+                    raise fast
                 ticket = await governor.admit(client, price.points, price.units)
-            except RateLimited as exc:
-                response = error_for(request, 429, str(exc))
-                response.headers["Retry-After"] = str(exc.status.retry_after)
+            except (RateLimited, TooFast) as exc:
+                response = too_many(request, exc)
             else:
                 try:
                     async with asyncio.timeout(app.settings.request_timeout):
@@ -371,6 +380,9 @@ retracted, with the source and time of every fact. Every record is a canonical, 
             client = await app.identify(request.scope)
         except Unauthenticated as exc:
             return _unauthenticated(request, exc)
+        fast = governor.pace(client, request.scope)
+        if fast is not None:
+            return too_many(request, fast)
         try:
             arxiv_id, as_of, pinned = _arguments(request)
         except BadRequest as exc:
@@ -390,9 +402,7 @@ retracted, with the source and time of every fact. Every record is a canonical, 
             try:
                 ticket = await governor.admit(client, price.points, price.units)
             except RateLimited as exc:
-                response = error_for(request, 429, str(exc))
-                response.headers["Retry-After"] = str(exc.status.retry_after)
-                return response
+                return too_many(request, exc)
         finally:
             if ticket is None:
                 await session.close()

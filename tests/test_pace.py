@@ -1,0 +1,168 @@
+"""A client's request rate is limited as well as its cost (app.governor.Pace): past its pace a request is
+refused 429 (RATE_LIMITED, Retry-After) before it is read further, on GraphQL over HTTP, the prepared
+path, HTTP streams, pages and WebSocket operations alike; each request counts once; each refusal costs a
+point; other clients are not touched. The in-process tests stop the pace's clock, so every count is exact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+
+import httpx
+import pytest
+import pytest_asyncio
+
+from app.governor import Pace
+from app.settings import Settings
+from tests.conftest import LiveServer, serve
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+PAPER = "2402.15627"
+LOOKUP = {"query": "query($id: String!) { paper(arxivId: $id) { title } }", "variables": {"id": PAPER}}
+RATE, BURST = 2, 4
+
+
+class Stopped:
+    """A clock that moves only when told."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def paced(database_url, statements):
+    settings = Settings(database_url=database_url, production=True, introspection=False, graphiql=False,
+                        anonymous_points_per_hour=100_000, requests_per_second=RATE, trusted_proxies=("127.0.0.1",))
+    async for s in serve(database_url, statements, settings):
+        clock = Stopped()
+        s.app.state.pith.governor.paces.clock = clock
+        s.clock = clock
+        yield s
+
+
+def who(n: int) -> dict[str, str]:
+    return {"x-forwarded-for": f"192.0.2.{n}"}
+
+
+def remaining(response: httpx.Response) -> int:
+    return int(re.search(r"r=(\d+)", response.headers["ratelimit"]).group(1))
+
+
+def too_fast(response: httpx.Response) -> bool:
+    if response.status_code != 429:
+        return False
+    assert int(response.headers["retry-after"]) >= 1, response.headers
+    if response.headers["content-type"].startswith("application/json") and "errors" in response.text:
+        (error,) = response.json()["errors"]
+        assert error["extensions"]["code"] == "RATE_LIMITED", error
+        assert error["extensions"]["requestsPerSecond"] == RATE and error["extensions"]["burst"] == BURST, error
+        assert "requests a second" in error["message"], error
+    return True
+
+
+async def test_a_pace_gives_its_burst_then_its_rate():
+    clock = Stopped()
+    pace = Pace(2, clock=clock)
+    assert pace.burst == 4
+    assert [pace.take("a") for _ in range(4)] == [0.0] * 4
+    assert pace.take("a") == pytest.approx(0.5)  # the wait until a token is free
+    assert pace.take("b") == 0.0  # another client has its own
+    clock.now += 0.5
+    assert pace.take("a") == 0.0 and pace.take("a") > 0
+    clock.now += 60
+    assert [pace.take("a") for _ in range(5)].count(0.0) == 4  # never more than the burst
+
+
+async def test_a_client_past_its_pace_is_refused_before_its_request_is_read_and_others_are_not(paced):
+    client = paced.client
+    answers = await asyncio.gather(*(client.post("/graphql", json=LOOKUP, headers=who(1)) for _ in range(12)))
+    ok = [a for a in answers if a.status_code == 200 and "errors" not in a.json()]
+    assert len(ok) == BURST and sum(map(too_fast, answers)) == 12 - BURST, [a.status_code for a in answers]
+    # Even a document that would fail is refused unread.
+    broken = await client.post("/graphql", json={"query": "{ paper("}, headers=who(1))
+    assert too_fast(broken) and "Syntax" not in broken.text
+    # Another client is not touched; the first gets a token back as its rate gives it.
+    assert (await client.post("/graphql", json=LOOKUP, headers=who(2))).status_code == 200
+    paced.clock.now += 1 / RATE
+    assert (await client.post("/graphql", json=LOOKUP, headers=who(1))).status_code == 200
+    assert too_fast(await client.post("/graphql", json=LOOKUP, headers=who(1)))
+
+
+async def test_each_refusal_costs_a_point(paced):
+    client = paced.client
+    left = []
+    for _ in range(BURST + 6):
+        answer = await client.post("/graphql", json=LOOKUP, headers=who(3))
+        assert answer.status_code in (200, 429), answer.text[:200]
+        left.append(remaining(answer))
+    assert all(b < a for a, b in zip(left, left[1:])), left  # every answer, refused or not, cost a point or more
+
+
+async def test_pages_and_lists_are_paced_too(paced):
+    client = paced.client
+    for path in (f"/paper/{PAPER}/citation-record.json", f"/paper/{PAPER}/inbound.ndjson"):
+        n = 4 + path.count("inbound")  # a client of its own for each
+        answers = [await client.get(path, headers=who(10 + n)) for _ in range(BURST + 3)]
+        assert [a.status_code for a in answers] == [200] * BURST + [429] * 3, (path, [a.status_code for a in answers])
+        assert all(too_fast(a) for a in answers[BURST:])
+        assert "requests a second" in answers[-1].json()["error"]["message"], answers[-1].text
+
+
+async def test_a_request_counts_once_on_the_prepared_path_and_over_a_stream(paced):
+    client = paced.client
+    state = paced.app.state.pith
+    before = state.prepared.answered
+    # The full pipeline answers a lookup once; then the prepared path answers it (and falls back to the full
+    # stack for a refusal, which must not count the request again).
+    answers = [await client.post("/graphql", json=LOOKUP, headers=who(20)) for _ in range(BURST + 1)]
+    assert [a.status_code for a in answers] == [200] * BURST + [429], [a.text[:100] for a in answers]
+    assert state.prepared.answered > before  # the prepared path did answer some
+    assert too_fast(answers[-1])
+    for _ in range(BURST):
+        async with client.stream("POST", "/graphql", json=LOOKUP,
+                                 headers={"accept": "text/event-stream", **who(21)}) as stream:
+            body = (await stream.aread()).decode()
+        assert stream.status_code == 200 and '"title"' in body and "RATE_LIMITED" not in body, body[:300]
+    async with client.stream("POST", "/graphql", json=LOOKUP,
+                             headers={"accept": "text/event-stream", **who(21)}) as stream:
+        body = (await stream.aread()).decode()
+    assert stream.status_code == 429 or "RATE_LIMITED" in body, body[:300]
+
+
+async def test_operations_on_one_websocket_are_paced_each(empty_database):
+    import websockets
+
+    server = LiveServer(empty_database, env={"PITH_ENV": "production", "PITH_REQUESTS_PER_SECOND": "1"})
+    try:
+        async with websockets.connect(server.base.replace("http", "ws") + "/graphql",
+                                      subprotocols=["graphql-transport-ws"]) as ws:
+            await ws.send(json.dumps({"type": "connection_init"}))
+            assert json.loads(await ws.recv())["type"] == "connection_ack"
+            started = time.monotonic()
+            outcomes = []
+            for i in range(10):
+                await ws.send(json.dumps({"id": str(i), "type": "subscribe", "payload": {"query": "{ __typename }"}}))
+                message = json.loads(await ws.recv())
+                if message["type"] == "next":
+                    assert json.loads(await ws.recv())["type"] == "complete"
+                    outcomes.append("ok")
+                else:
+                    assert message["type"] == "error", message
+                    (error,) = message["payload"]
+                    assert error["extensions"]["code"] == "RATE_LIMITED" and error["extensions"]["retryAfter"] >= 1
+                    outcomes.append("refused")
+            elapsed = time.monotonic() - started
+        # A burst of two, then one a second: never more than that, however slow the machine.
+        assert outcomes.count("ok") <= 2 + elapsed, (outcomes, elapsed)
+        assert outcomes[:2] == ["ok", "ok"], outcomes
+        if elapsed < 7:  # (the refill could serve them all only at under 1.4 operations a second)
+            assert "refused" in outcomes, outcomes
+    finally:
+        server.stop()
