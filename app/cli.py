@@ -144,6 +144,18 @@ def _metrics_folder() -> None:
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
 
 
+def _heavy_locks_folder() -> None:
+    """The lock files through which a server's workers share its heavy slots (app.governor.SharedSlots):
+    a folder of this supervisor's own, removed when it exits."""
+    import atexit
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="pith-heavy-")
+    os.environ["PITH_HEAVY_LOCKS"] = folder
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+
+
 def concurrency_limit(settings: Settings) -> int:
     """Connections a worker serves at once: what its file descriptors allow, less those its pools, the change
     listener and the runtime keep (past it uvicorn answers 503 with Retry-After instead of failing accept)."""
@@ -184,6 +196,8 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     if args.workers > 1:
         # Each worker process builds its own app (and pool) from the environment.
         os.environ["DATABASE_URL"] = dsn
+        os.environ["PITH_WORKERS"] = str(args.workers)
+        _heavy_locks_folder()
         target: object = "app.main:create_app"
         # This process only supervises: the gauges it made importing the app are no worker's.
         from app import metrics

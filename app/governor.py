@@ -19,23 +19,29 @@
   refused 429 (RATE_LIMITED, Retry-After) before it is read further, and costs a point of what the process
   holds of the client's hour (no statement). HTTP requests, pages and each operation on a WebSocket or
   stream are counted, by the one check every transport asks first (app.pipeline.over_budget).
-- Heavy operations (priced above HEAVY_COST) take a slot: at most HEAVY_PER_CLIENT per client and
-  `heavy_slots` per process run at once, the rest wait their turn (within their deadline), so cheap
-  lookups keep connections and the event loop.
+- Heavy operations (priced above HEAVY_COST) take a slot: at most HEAVY_PER_CLIENT per client, HEAVY_SLOTS
+  per process and `heavy_slots` in the whole server (its workers share them through lock files:
+  SharedSlots) run at once, the rest wait their turn (within their deadline), so cheap lookups keep
+  connections, the event loop and a core.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import fcntl
 import hashlib
 import ipaddress
 import logging
 import math
+import os
+import threading
 import secrets
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, Callable, Iterable
 from uuid import UUID, uuid4
 
@@ -393,6 +399,59 @@ class Pace:
 
 # --- the governor: identify, admit, settle ------------------------------------------------------
 
+class SharedSlots:
+    """Heavy slots shared by the worker processes of one server: a lock file per slot in a folder of the
+    server's own (`serve --workers N` makes it), each held with flock(2) by the process running a heavy
+    operation in it. A process waits for a slot in a thread of its own (one per slot it may hold), blocked
+    in the kernel, which hands the slot over when its holder lets it go, or dies."""
+
+    def __init__(self, folder: str, slots: int, per_process: int) -> None:
+        self.paths = [Path(folder) / f"heavy-{n}.lock" for n in range(slots)]
+        self._threads = concurrent.futures.ThreadPoolExecutor(max_workers=per_process, thread_name_prefix="pith-heavy")
+        self._turn = 0
+
+    def _take(self, gave_up: threading.Event) -> int | None:
+        """A slot's descriptor, its lock held: any free slot, else (blocking) the next in turn."""
+        for path in self.paths:
+            fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return fd
+            except BlockingIOError:
+                os.close(fd)
+        self._turn += 1
+        fd = os.open(self.paths[self._turn % len(self.paths)], os.O_CREAT | os.O_RDWR, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        if gave_up.is_set():  # the operation stopped waiting (its deadline): give the slot on
+            os.close(fd)
+            return None
+        return fd
+
+    async def acquire(self) -> int:
+        gave_up = threading.Event()
+        taking = self._threads.submit(self._take, gave_up)
+        try:
+            fd = await asyncio.wrap_future(taking)
+        except BaseException:
+            gave_up.set()
+            taking.add_done_callback(self._let_go)
+            raise
+        assert fd is not None
+        return fd
+
+    @staticmethod
+    def _let_go(taking: concurrent.futures.Future) -> None:
+        """A slot taken as its wait was given up: let it go at once."""
+        if not taking.cancelled() and taking.exception() is None:
+            fd = taking.result()
+            if fd is not None:
+                os.close(fd)
+
+    @staticmethod
+    def release(fd: int) -> None:
+        os.close(fd)  # closing the descriptor lets the lock go
+
+
 @dataclass
 class Ticket:
     """An admitted operation: what it was charged, and the slots it holds until it is settled."""
@@ -403,6 +462,8 @@ class Ticket:
     settled: bool = False
     light_first: LightFirst | None = None  # a light operation's: in flight until settled
     light: bool = True
+    shared: int | None = None  # the server-wide heavy slot held (SharedSlots), by its descriptor
+    slots: SharedSlots | None = None
 
 
 
@@ -448,7 +509,8 @@ class LightFirst:
 class Governor:
     def __init__(self, pool: Callable[[], asyncpg.Pool | None], *, anonymous_points_per_hour: int | None,
                  trusted_proxies: tuple[Network, ...] = (), heavy_slots: int = HEAVY_SLOTS,
-                 proxy_header: str = "x-forwarded-for", requests_per_second: int | None = None) -> None:
+                 proxy_header: str = "x-forwarded-for", requests_per_second: int | None = None,
+                 heavy_locks: str | None = None) -> None:
         self.pool = pool
         self.anonymous_points_per_hour = anonymous_points_per_hour or None
         self.trusted = trusted_proxies
@@ -458,7 +520,9 @@ class Governor:
         self.proxy_header = proxy_header.lower().encode("latin-1")
         self.budgets = Budgets(pool)
         self.paces = Pace(requests_per_second) if requests_per_second else None
-        self.heavy = asyncio.Semaphore(max(1, heavy_slots))
+        per_process = max(1, min(heavy_slots, HEAVY_SLOTS))
+        self.heavy = asyncio.Semaphore(per_process)
+        self.shared = SharedSlots(heavy_locks, max(1, heavy_slots), per_process) if heavy_locks else None
         self.light_first = LightFirst()
         self._per_client: dict[str, asyncio.Semaphore] = {}
         self._key_table: dict[bytes, asyncpg.Record] | None = None  # every valid key, by digest
@@ -598,6 +662,8 @@ class Governor:
                 for semaphore in (mine, self.heavy):
                     await semaphore.acquire()
                     ticket.held.append(semaphore)
+                if self.shared is not None:
+                    ticket.shared, ticket.slots = await self.shared.acquire(), self.shared
             except BaseException:
                 self.settle(ticket, None)
                 raise
@@ -619,6 +685,9 @@ class Governor:
         ticket.settled = True
         if ticket.light:
             self.light_first.end()
+        if ticket.shared is not None and ticket.slots is not None:
+            ticket.slots.release(ticket.shared)
+            ticket.shared = None
         for semaphore in reversed(ticket.held):
             semaphore.release()
         ticket.held.clear()

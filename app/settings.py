@@ -66,7 +66,12 @@ class Settings:
     requests_per_second: int | None = None
     trusted_proxies: tuple[str, ...] = ()  # addresses or networks whose proxy header counts
     proxy_header: str = "x-forwarded-for"  # the one header trusted proxies set: x-forwarded-for or forwarded
-    heavy_slots: int = HEAVY_SLOTS  # heavy operations (app.limits.HEAVY_COST) running at once per process
+    # Heavy operations (app.limits.HEAVY_COST) running at once in the server, its workers together; each
+    # process runs at most app.limits.HEAVY_SLOTS of them.
+    heavy_slots: int = HEAVY_SLOTS
+    # The folder of lock files through which the workers share the server's heavy slots (set by `serve
+    # --workers N` for its workers); None: one process, its slots its own.
+    heavy_locks: str | None = None
     # One client's share of the live transports (raise them for many users behind one address).
     websockets_per_client: int = MAX_WEBSOCKETS_PER_CLIENT
     subscriptions_per_client: int = MAX_SUBSCRIPTIONS_PER_CLIENT
@@ -112,11 +117,13 @@ class Settings:
                 "PITH_REQUESTS_PER_SECOND", DEFAULT_REQUESTS_PER_SECOND if production else 0, 0) or None,
             trusted_proxies=read.checked("PITH_TRUSTED_PROXIES", _networks, ()),
             proxy_header=read.word("PITH_PROXY_HEADER", ("x-forwarded-for", "forwarded"), base.proxy_header),
-            heavy_slots=read.integer("PITH_HEAVY_SLOTS", heavy_slots_for(read.integer("PITH_WORKERS", 1, 1)), 1),
+            heavy_slots=read.integer("PITH_HEAVY_SLOTS", heavy_slots_for(), 1),
+            heavy_locks=env.get("PITH_HEAVY_LOCKS") or None,
             websockets_per_client=read.integer("PITH_WEBSOCKETS_PER_CLIENT", base.websockets_per_client, 1),
             subscriptions_per_client=read.integer("PITH_SUBSCRIPTIONS_PER_CLIENT", base.subscriptions_per_client, 1),
         )
         read.integer("PITH_METRICS_OPERATION_NAMES", 1_000, 0)  # read by app.metrics
+        read.integer("PITH_WORKERS", 1, 1)  # read by the command line (serve)
         if not read.problems and settings.pool_min > settings.pool_max:
             read.problems.append(f"PITH_POOL_MIN: {settings.pool_min} is more than PITH_POOL_MAX "
                                  f"({settings.pool_max}); give a minimum at most the maximum")
@@ -125,13 +132,13 @@ class Settings:
         return settings
 
 
-def heavy_slots_for(workers: int, cpus: int | None = None) -> int:
-    """Heavy operations running at once per process, by default: the machine's cores shared among its worker
-    processes (at least one each), so heavy work never holds every core while lookups wait for one (two
-    workers on two cores, two slots each, held both cores: a light lookup's p99 rose 1.5x against one slot each)."""
+def heavy_slots_for(cpus: int | None = None) -> int:
+    """Heavy operations running at once in the server by default: its cores less one (at least one), so heavy work
+    never holds every core while lookups wait for one. (Two workers on two cores running a heavy operation each
+    held both cores: a light lookup's p99 was 1.7-3.6x its unloaded figure, against 1.1-1.4x with one for both.)"""
     if cpus is None:
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(HEAVY_SLOTS, cpus // max(1, workers)))
+    return max(1, cpus - 1)
 
 
 class SettingsError(ValueError):

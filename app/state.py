@@ -56,7 +56,8 @@ class App:
         self.governor = Governor(lambda: self.pool, anonymous_points_per_hour=settings.anonymous_points_per_hour,
                                  trusted_proxies=parse_networks(settings.trusted_proxies),
                                  heavy_slots=settings.heavy_slots, proxy_header=settings.proxy_header,
-                                 requests_per_second=settings.requests_per_second)
+                                 requests_per_second=settings.requests_per_second,
+                                 heavy_locks=settings.heavy_locks)
         manifest = load_manifest(settings.persisted_documents) if settings.persisted_documents else None
         self.persisted = PersistedDocuments(manifest, only=settings.persisted_only)
         self.prepared = PreparedOperations()

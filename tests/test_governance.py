@@ -485,3 +485,26 @@ async def test_heavy_work_takes_its_turns_after_the_light_operations_in_flight(s
         for _ in range(3):
             await served.client.post("/graphql", json={"query": query})
     assert served.app.state.pith.governor.light_first.light == 0
+
+
+async def test_the_workers_of_a_server_share_its_heavy_slots(tmp_path):
+    """Two processes' slots over one folder (two SharedSlots: flock's locks are per open file, so they exclude each
+    other as two processes' do): one slot is held by one at a time, handed over when let go, and a wait given up
+    (an operation's deadline) takes no slot with it."""
+    from app.governor import SharedSlots
+
+    one, other = SharedSlots(str(tmp_path), 1, 1), SharedSlots(str(tmp_path), 1, 1)
+    held = await one.acquire()
+    waiting = asyncio.ensure_future(other.acquire())
+    await asyncio.sleep(0.2)
+    assert not waiting.done()  # the slot is taken
+    one.release(held)
+    other.release(await asyncio.wait_for(waiting, 30))
+    held = await one.acquire()
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.1):
+            await other.acquire()
+    one.release(held)
+    # The given-up wait got the slot as it was let go, and gave it on: both can take it again.
+    other.release(await asyncio.wait_for(other.acquire(), 30))
+    one.release(await asyncio.wait_for(one.acquire(), 30))

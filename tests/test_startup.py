@@ -110,11 +110,13 @@ def test_commands_refuse_a_database_whose_migrations_are_behind(behind_database,
     assert listed.returncode == 0, listed.stderr
 
 
-def test_heavy_slots_default_to_the_cores_shared_among_the_workers():
-    """Heavy work never holds every core by default: two workers on two cores run one heavy operation each."""
+def test_heavy_slots_default_to_the_cores_less_one():
+    """Heavy work never holds every core by default: on two cores the server's workers run one heavy operation
+    between them; each process at most two."""
+    from app.governor import Governor
     from app.settings import Settings, heavy_slots_for
 
-    assert [heavy_slots_for(w, cpus=2) for w in (1, 2, 4)] == [2, 1, 1]
-    assert heavy_slots_for(1, cpus=8) == 2 and heavy_slots_for(3, cpus=8) == 2 and heavy_slots_for(8, cpus=8) == 1
-    assert Settings.from_env({"PITH_WORKERS": "64"}).heavy_slots == 1
+    assert [heavy_slots_for(cpus=c) for c in (1, 2, 4, 8)] == [1, 1, 3, 7]
     assert Settings.from_env({"PITH_WORKERS": "64", "PITH_HEAVY_SLOTS": "3"}).heavy_slots == 3
+    assert Settings.from_env({"PITH_HEAVY_LOCKS": "/x"}).heavy_locks == "/x"
+    assert Governor(lambda: None, anonymous_points_per_hour=None, heavy_slots=7).heavy._value == 2
