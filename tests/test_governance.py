@@ -508,3 +508,57 @@ async def test_the_workers_of_a_server_share_its_heavy_slots(tmp_path):
     # The given-up wait got the slot as it was let go, and gave it on: both can take it again.
     other.release(await asyncio.wait_for(other.acquire(), 30))
     one.release(await asyncio.wait_for(one.acquire(), 30))
+
+
+async def test_a_list_whose_reader_goes_away_or_stops_reading_gives_its_slot_and_session_back(database_url, statements,
+                                                                                               monkeypatch):
+    """A streamed list holds a heavy slot and a transaction: a reader that hangs up before the list starts, one that
+    hangs up in the middle, and one that stops reading (cut at the list's bound) each leave every slot and pool
+    connection free. Driven through the ASGI app with receive/send of the test's own: a client's exact timing."""
+    from app import governor as governor_module
+
+    monkeypatch.setattr(governor_module, "HEAVY_COST", 0)  # every operation heavy: the list takes a slot
+    settings = Settings(database_url=database_url, request_timeout=1.0)
+    async for served in serve(database_url, statements, settings):
+        state = served.app.state.pith
+        free = state.governor.heavy._value
+        scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
+                 "method": "GET", "scheme": "http", "path": "/paper/2402.15627/inbound.ndjson", "raw_path": b"",
+                 "query_string": b"", "root_path": "", "headers": [(b"host", b"testserver")],
+                 "client": ("127.0.0.1", 5555), "server": ("testserver", 80)}
+
+        def client(*, hang_up_after: int | None, reads: bool) -> tuple:
+            sent: list[dict] = []
+            gone = asyncio.Event()
+            asked = [False]
+
+            async def receive() -> dict:
+                if not asked[0]:
+                    asked[0] = True
+                    return {"type": "http.request", "body": b"", "more_body": False}
+                await gone.wait()
+                return {"type": "http.disconnect"}
+
+            async def send(message: dict) -> None:
+                sent.append(message)
+                if hang_up_after is not None and len(sent) >= hang_up_after:
+                    gone.set()
+                    await asyncio.sleep(3600)  # the write never completes: the server must notice the hang-up
+                if not reads and message["type"] == "http.response.body":
+                    await asyncio.sleep(3600)  # a reader that stopped reading
+
+            return receive, send, sent
+
+        for label, hang_up_after, reads in (("gone before the list", 1, True), ("gone in the middle", 2, True),
+                                            ("stopped reading", None, False)):
+            receive, send, sent = client(hang_up_after=hang_up_after, reads=reads)
+            await asyncio.wait_for(served.app(dict(scope), receive, send), 60)
+            assert sent and sent[0].get("status") == 200, (label, sent[:1])
+            assert not any(m.get("more_body") is False for m in sent), (label, "the list must not look whole")
+            await asyncio.sleep(0.1)
+            assert state.governor.heavy._value == free, label
+            await assert_settled(state.pool, database_url)
+        # And a reader that reads gets the whole list, the slot given back after.
+        whole = await served.client.get("/paper/2402.15627/inbound.ndjson")
+        assert whole.status_code == 200 and whole.text.count("\n") >= 1, whole.text[:200]
+        assert state.governor.heavy._value == free

@@ -12,7 +12,7 @@ from urllib.parse import quote, urlencode
 import orjson
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -20,7 +20,8 @@ from app import record
 from app.cost import PRICES, Price
 from app.errors import deadline_error
 from app.governor import RateLimited, TooFast, Unauthenticated, rate_limit_headers
-from app.limits import ARGUMENTS, MAX_NEIGHBOURHOOD_PAPERS, argument_default
+from app.limits import (ARGUMENTS, DEFAULT_REQUEST_TIMEOUT_SECONDS, LIST_ROWS_PER_SECOND, MAX_NEIGHBOURHOOD_PAPERS,
+                        argument_default)
 from app.timeparse import (ARXIV_ID_RULE, AS_OF_RULE, BadInput, answered_as_of, is_pinned, now_as_of,
                            parse_arxiv_id, parse_search_words)
 from app.web.layout import TEMPLATE_VERSION, page, time_tag
@@ -89,6 +90,27 @@ def too_many(request: Request, exc: RateLimited | TooFast) -> Response:
     response = error_for(request, 429, str(exc))
     response.headers["Retry-After"] = str(exc.status.retry_after if isinstance(exc, RateLimited) else exc.retry_after)
     return response
+
+
+class ListResponse(StreamingResponse):
+    """A streamed list (app.bulk) that ends within its bound, and whose end, however it comes (sent, cut at the
+    bound, the client gone before or during it), closes its session and settles its ticket: a heavy slot and a
+    transaction are never left with a reader that went away or stopped reading. A list cut at its bound ends
+    without its last chunk, so the client sees it broken, never short."""
+
+    def __init__(self, content: Any, end: Any, seconds: float, **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self.end, self.seconds = end, seconds
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            async with asyncio.timeout(self.seconds):
+                await super().__call__(scope, receive, send)
+        except TimeoutError:
+            return  # the response unfinished: the server closes the connection
+        finally:
+            await self.body_iterator.aclose()  # type: ignore[attr-defined]
+            await self.end()
 
 
 def _arguments(request: Request) -> tuple[str, "datetime", bool]:
@@ -369,8 +391,6 @@ retracted, with the source and time of every fact. Every record is a canonical, 
     async def bulk_list(request: Request) -> Response:
         """A paper's whole inbound or outbound list (app.bulk), governed here: the ticket is held, and
         the charge settled to the rows sent, until the last byte has gone (or the client has)."""
-        from starlette.responses import StreamingResponse
-
         from app import bulk
 
         direction = request.url.path.rsplit("/", 1)[1].split(".", 1)[0]
@@ -398,29 +418,42 @@ retracted, with the source and time of every fact. Every record is a canonical, 
                                         "LIMIT 1", arxiv_id, as_of)
             if not known:
                 return error_for(request, 404, f"no paper {arxiv_id} is known as of {record.as_of_text(as_of)}")
-            price = bulk.price(await bulk.sized(session, arxiv_id, direction))
+            size = await bulk.sized(session, arxiv_id, direction)
+            price = bulk.price(size)
+            deadline = app.settings.request_timeout or DEFAULT_REQUEST_TIMEOUT_SECONDS
             try:
-                ticket = await governor.admit(client, price.points, price.units)
+                async with asyncio.timeout(deadline):  # waiting for a heavy slot, too
+                    ticket = await governor.admit(client, price.points, price.units)
             except RateLimited as exc:
                 return too_many(request, exc)
+            except TimeoutError:
+                return error_for(request, 504, deadline_error(deadline).message)
         finally:
             if ticket is None:
                 await session.close()
+        rows = 0
+        ended = False
 
         async def body() -> Any:
-            rows = 0
-            try:
-                encoder = bulk.Encoder(format)
-                async for batch in bulk.edges(session, arxiv_id, direction, as_of):
-                    rows += len(batch)
-                    yield encoder.batch(batch)
-                yield encoder.close()
-            finally:
-                await session.close()
-                governor.settle(ticket, bulk.price(rows).points)
+            nonlocal rows
+            encoder = bulk.Encoder(format)
+            async for batch in bulk.edges(session, arxiv_id, direction, as_of):
+                rows += len(batch)
+                yield encoder.batch(batch)
+            yield encoder.close()
+
+        async def end() -> None:
+            nonlocal ended
+            if not ended:
+                ended = True
+                try:
+                    await session.close()
+                finally:
+                    governor.settle(ticket, bulk.price(rows).points)
 
         name = f"{direction}-{arxiv_id.replace('/', '_')}-{record.as_of_text(as_of).replace(':', '')}.{format}"
-        response = StreamingResponse(body(), media_type=bulk.MEDIA_TYPES[format], headers={
+        response = ListResponse(body(), end, deadline + size / LIST_ROWS_PER_SECOND,
+                                media_type=bulk.MEDIA_TYPES[format], headers={
             "Content-Disposition": f'attachment; filename="{name}"',
             "X-As-Of": record.as_of_text(as_of),
             "X-Cost-Requested": str(price.units), "X-Cost-Points": str(price.points),
