@@ -29,9 +29,6 @@ class Context:
     # A connection's context (a WebSocket's, an HTTP stream's): each operation runs in a copy of its own
     # (for_operation), with its own session, loaders, instant, charge and deadline.
     per_connection: bool = False
-    # Its operations were paced as the request carrying them arrived (an HTTP stream's); a WebSocket's
-    # operations are paced each (app.pipeline.over_budget).
-    paced: bool = False
     # The live connection carrying it (app.live.StoppableSocket): told as one when the server stops.
     connection: Any = None
 

@@ -17,8 +17,9 @@
 - Requests are paced as well as priced (Pace): a client sends at most `requests_per_second` requests a
   second to a process (PITH_REQUESTS_PER_SECOND), in bursts of twice as many; past that each request is
   refused 429 (RATE_LIMITED, Retry-After) before it is read further, and costs a point of what the process
-  holds of the client's hour (no statement). HTTP requests, pages and each operation on a WebSocket or
-  stream are counted, by the one check every transport asks first (app.pipeline.over_budget).
+  holds of the client's hour (no statement). HTTP requests and pages are counted by the one check every
+  transport asks first (app.pipeline.over_budget); a WebSocket's messages each, waiting their turn past
+  the pace rather than refused (paced_receive).
 - Heavy operations (priced above HEAVY_COST) take a slot: at most HEAVY_PER_CLIENT per client, HEAVY_SLOTS
   per process and `heavy_slots` in the whole server (its workers share them through lock files:
   SharedSlots) run at once, the rest wait their turn (within their deadline), so cheap lookups keep
@@ -391,6 +392,16 @@ class Pace:
         self._buckets[client_id] = (tokens, now)
         return (1 - tokens) / self.rate
 
+    def reserve(self, client_id: str) -> float:
+        """A token for a message that is to wait its turn rather than be refused: taken now (the balance may go
+        below zero, by at most a burst), with the seconds to wait until it was due (0.0: at once)."""
+        now = self.clock()
+        found = self._buckets.get(client_id)
+        tokens = self.burst if found is None else min(self.burst, found[0] + (now - found[1]) * self.rate)
+        tokens = max(-self.burst, tokens - 1)
+        self._buckets[client_id] = (tokens, now)
+        return max(0.0, -tokens / self.rate) if tokens < 0 else 0.0
+
     def _forget_full(self, now: float) -> None:
         """Drop the buckets that have filled again (their clients are as if new)."""
         self._buckets = {k: (t, at) for k, (t, at) in self._buckets.items()
@@ -645,6 +656,26 @@ class Governor:
         if scope is not None:
             scope["pith.paced"] = refused
         return refused
+
+    def paced_receive(self, client: Client, receive: Any) -> Any:
+        """A WebSocket's receive, paced: each message the client sends takes a token of its pace, and past the
+        pace waits its turn before it is read (the client's further messages wait in its socket), costing a
+        point of what this process holds of the client's hour. Every message counts (operations, pings, and
+        those the protocol refuses itself, such as a subscription past the connection's limit)."""
+        if self.paces is None:
+            return receive
+        paces = self.paces
+
+        async def paced() -> Any:
+            message = await receive()
+            if message.get("type") == "websocket.receive":
+                wait = paces.reserve(client.id)
+                if wait > 0:
+                    self.budgets.spend_held(client, 1)
+                    await asyncio.sleep(wait)
+            return message
+
+        return paced
 
     async def admit(self, client: Client, points: int, units: int) -> Ticket:
         """Charge the budget, then (for heavy work) wait for a slot; RateLimited when over budget."""

@@ -62,7 +62,8 @@ def over_budget(governor: Any, client: Any, scope: Any = None, *, pace: bool = T
     second), before its request is read any further (from memory: no statement); None otherwise. Every
     transport asks this first, once per request or streamed operation (app.graphql.view, the prepared path,
     app.schema.Schema.stream); `scope` is the HTTP request's, so that a request asked twice counts once;
-    `pace` False for what was paced already (an HTTP stream's operation: its request was)."""
+    `pace` False for what was paced already (a streamed operation: by its request, or its WebSocket message,
+    Governor.paced_receive)."""
     if governor is None or client is None:
         return None
     status = governor.status(client)

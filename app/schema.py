@@ -426,8 +426,9 @@ class Schema(strawberry.Schema):
         rule the HTTP path applies (PITH_PERSISTED_ONLY: only the manifest's documents run, by text or hash)."""
         from app.pipeline import over_budget
 
+        # Paced already: an HTTP stream's operation with its request, a WebSocket's with its message.
         refused = over_budget(getattr(context_value, "governor", None), getattr(context_value, "client", None),
-                              pace=not getattr(context_value, "paced", False))
+                              pace=False)
         if refused is not None:
             return _refused(refused.message, "RATE_LIMITED", refused.extensions)
         persisted = getattr(getattr(context_value, "app", None), "persisted", None)

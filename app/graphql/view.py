@@ -256,7 +256,7 @@ class GraphQLView(StrawberryGraphQL[Context, None]):
         if request_data.protocol != "http":
             request.scope["pith.stream"] = True
             live = self.state.context(context.client, hub=self.state.hub, per_connection=True,
-                                      app=PrimaryReads(self.state), paced=True)
+                                      app=PrimaryReads(self.state))
             return await super().execute_operation(request, request_adapter, request_data, live, root_value,
                                                    sub_response)
         media = sub_response.media_type
@@ -327,7 +327,7 @@ class GraphQLView(StrawberryGraphQL[Context, None]):
         scope["pith.client"] = client
         socket = scope["pith.connection"] = StoppableSocket(self.state.hub, send)
         try:
-            await socket.run(super().__call__(scope, receive, socket.send))
+            await socket.run(super().__call__(scope, self.state.governor.paced_receive(client, receive), socket.send))
         finally:
             left = self.connections.get(client.id, 1) - 1
             if left > 0:
