@@ -28,6 +28,7 @@ from graphql.error import GraphQLError
 from app.cursors import decode_token
 from app.errors import QueryCostError, UserInputError
 from app.limits import ARGUMENTS, argument_default, out_of_range
+from app.timeparse import is_arxiv_id
 from loaders.base import scanned
 from app.limits import (MAX_COST, MAX_IDS, MAX_NEIGHBOURHOOD_PAPERS, MAX_NODES,
                         MAX_TOTAL_DEPTH, POINT_UNITS)
@@ -780,7 +781,9 @@ def priced_papers(schema: Any, document: Any, operation_name: str | None,
         value = next((value_from_ast_untyped(a.value, coerced) for a in field.arguments or ()
                       if a.name.value == argument), None)
         for arxiv_id in value if isinstance(value, list) else [value]:
-            if isinstance(arxiv_id, str) and arxiv_id not in found:
+            # Only ids that can be papers' are looked up (a malformed one, a NUL in it say, is execution's to
+            # refuse as BAD_USER_INPUT, not the database's to fail on).
+            if isinstance(arxiv_id, str) and arxiv_id not in found and is_arxiv_id(arxiv_id):
                 found.append(arxiv_id)
     return found[: MAX_IDS * 4]
 

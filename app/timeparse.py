@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from datetime import datetime, timezone
 
-NEW_STYLE = re.compile(r"^\d{4}\.\d{4,5}$")
-OLD_STYLE = re.compile(r"^[a-z]+(-[a-z]+)*(\.[A-Z]{2})?/\d{7}$")
+NEW_STYLE = re.compile(r"^\d{4}\.\d{4,5}\Z")
+OLD_STYLE = re.compile(r"^[a-z]+(-[a-z]+)*(\.[A-Z]{2})?/\d{7}\Z")
 ARXIV_ID_RULE = ("an arXiv identifier without version: new style YYMM.NNNN or YYMM.NNNNN (e.g. 2402.15627) "
                  "or old style archive/YYMMNNN (e.g. hep-th/9901001)")
 AS_OF_RULE = ("an ISO 8601 instant with a time zone, e.g. 2026-08-05T04:52:00Z or 2026-08-05T06:52:00+02:00 "
@@ -17,6 +17,10 @@ DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 class BadInput(ValueError):
     """A client value that is not accepted; the message says what is."""
+
+
+def is_arxiv_id(value: str) -> bool:
+    return bool(NEW_STYLE.match(value) or OLD_STYLE.match(value))
 
 
 def parse_arxiv_id(value: str) -> str:

@@ -90,3 +90,22 @@ async def test_field_suggestions_off_in_production_and_introspection_switch(data
         body = await s.graphql("{ __schema { queryType { name } } }")
         assert body["errors"] and "introspection" in body["errors"][0]["message"].lower()
         assert (await s.graphql('{ paper(arxivId: "2402.15627") { title } }'))["data"]["paper"]["title"]
+
+
+@pytest.mark.parametrize("arxiv_id", ["a\u0000b", "2402.15627\u0000", "2402.15627\n", "\u0000"])
+@pytest.mark.parametrize("field", [
+    "citationRecord(arxivId: $id) { document }",
+    "paper(arxivId: $id) { title }",
+    "papers(arxivIds: [$id, \"2402.15627\"]) { title }",
+    "recordDiff(arxivId: $id, from: \"2020-01-01T00:00:00Z\", to: \"2030-01-01T00:00:00Z\", maxChanges: 1) "
+    "{ toContextDigest }",
+    "paper(arxivId: $id) { citationsByYear { year } }",
+])
+async def test_an_id_no_paper_can_have_is_the_clients_error_never_the_databases(served, field, arxiv_id):
+    """A NUL byte (which PostgreSQL text cannot hold) or a trailing newline in an id: BAD_USER_INPUT, before any
+    statement is sent with it (the price's size lookup included)."""
+    answer = await served.client.post("/graphql", json={"query": f"query($id: String!) {{ {field} }}",
+                                                        "variables": {"id": arxiv_id}})
+    assert answer.status_code < 500, answer.text[:300]
+    codes = [e["extensions"]["code"] for e in answer.json().get("errors", [])]
+    assert codes and set(codes) == {"BAD_USER_INPUT"}, (field, answer.text[:300])
