@@ -6,6 +6,7 @@ every transport.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 
@@ -252,3 +253,43 @@ async def test_a_document_the_text_refuses_is_never_parsed_and_is_charged(budget
     text = "query A { " + " ".join(f"a{j}: __typename" for j in range(31)) + " }"
     answer = await client.post("/graphql", json={"query": text, "operationName": "B"})
     assert [e["extensions"]["code"] for e in answer.json()["errors"]] == ["OPERATION_RESOLUTION_FAILURE"], answer.text
+
+
+@pytest.mark.parametrize("protocol", ["graphql-transport-ws", "graphql-ws"])
+async def test_subscriptions_past_a_connections_limit_are_charged_like_any_refusal(empty_database, protocol):
+    """Strawberry refuses a subscription past the connection's limit itself, before any operation runs: each such
+    refusal still costs its client a point."""
+    import websockets
+
+    from app.limits import MAX_SUBSCRIPTIONS_PER_CONNECTION
+
+    server = LiveServer(empty_database, env={"PITH_ENV": "production", "PITH_REQUESTS_PER_SECOND": "0"})
+    start = "subscribe" if protocol == "graphql-transport-ws" else "start"
+    subscription = 'subscription { citationAdded(arxivId: "2402.15627") { __typename } }'
+
+    def used() -> int:  # the same client (its address) over HTTP: graphql-ws carries no queries
+        answer = httpx.post(server.base + "/graphql", json={"query": "{ rateLimit { used } }"}, timeout=30)
+        return answer.json()["data"]["rateLimit"]["used"]
+
+    try:
+        before = used()
+        async with websockets.connect(server.base.replace("http", "ws") + "/graphql", subprotocols=[protocol]) as ws:
+            await ws.send(json.dumps({"type": "connection_init"}))
+            assert json.loads(await ws.recv())["type"] == "connection_ack"
+            for i in range(MAX_SUBSCRIPTIONS_PER_CONNECTION):
+                await ws.send(json.dumps({"id": f"s{i}", "type": start, "payload": {"query": subscription}}))
+            await asyncio.sleep(1)
+            refused = []
+            for i in range(10):
+                await ws.send(json.dumps({"id": f"x{i}", "type": start, "payload": {"query": subscription}}))
+                while True:
+                    message = json.loads(await asyncio.wait_for(ws.recv(), 30))
+                    if message.get("id") == f"x{i}":
+                        refused.append(json.dumps(message))
+                        break
+            assert all("Subscription limit reached" in m for m in refused), refused[:2]
+        after = used()
+        # The subscriptions a point or more each, and each of the ten refusals a point.
+        assert after - before >= MAX_SUBSCRIPTIONS_PER_CONNECTION + 10, (before, after)
+    finally:
+        server.stop()

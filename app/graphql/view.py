@@ -24,6 +24,8 @@ from strawberry.exceptions import MissingQueryError
 from strawberry.http import GraphQLRequestData
 from strawberry.http.streaming import MultipartSubscriptionTransport, SSETransport
 from strawberry.schema.exceptions import CannotGetOperationTypeError, InvalidOperationTypeError
+from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import BaseGraphQLTransportWSHandler
+from strawberry.subscriptions.protocols.graphql_ws.handlers import BaseGraphQLWSHandler
 from strawberry.subscriptions import (GRAPHQL_SSE_PROTOCOL, GRAPHQL_TRANSPORT_WS_PROTOCOL, GRAPHQL_WS_PROTOCOL,
                                       MULTIPART_SUBSCRIPTION_PROTOCOL)
 from strawberry.types.graphql import OperationType
@@ -81,9 +83,37 @@ class WellFormedMultipart(MultipartSubscriptionTransport):
         return {"Content-Type": f'multipart/mixed; boundary="{self.separator}"; subscriptionSpec="1.0"'}
 
 
+async def _charge_past_the_limit(handler: Any, running: int) -> None:
+    """A subscription the protocol refuses for the connection's limit is a refused request like any other: a point
+    of its client's hour (Strawberry sends the refusal itself, before any operation runs)."""
+    from app.pipeline import charge_refusal
+
+    limit = handler.max_subscriptions_per_connection
+    if limit is not None and running >= limit:
+        context = handler.context
+        await charge_refusal(getattr(context, "governor", None), getattr(context, "client", None))
+
+
+class TransportWSHandler(BaseGraphQLTransportWSHandler[Context, None]):
+    async def handle_subscribe(self, message: Any) -> None:
+        if self.connection_acknowledged and message["id"] not in self.operations:
+            await _charge_past_the_limit(self, len(self.operations))
+        await super().handle_subscribe(message)
+
+
+class WSHandler(BaseGraphQLWSHandler[Context, None]):
+    async def handle_start(self, message: Any) -> None:
+        if self.connection_acknowledged and message["id"] not in self.tasks:
+            await _charge_past_the_limit(self, len(self.tasks))
+        await super().handle_start(message)
+
+
 class GraphQLView(StrawberryGraphQL[Context, None]):
     """GraphQL over HTTP (POST, GET, SSE, multipart) and WebSocket; keep-alive pings; the WebSocket origin
     rule follows PITH_CORS_ORIGINS (same origin only when none is configured)."""
+
+    graphql_transport_ws_handler_class = TransportWSHandler
+    graphql_ws_handler_class = WSHandler
 
     def __init__(self, state: App) -> None:
         self.stream_transport_classes_by_protocol = {GRAPHQL_SSE_PROTOCOL: LFSSETransport,
