@@ -186,7 +186,7 @@ def attack_documents() -> dict[str, str]:
 
 ATTACK_ROWS = ("two connections of invalid 10 kB documents", "four requests of 19 kB (overlapping fields)",
                "2,200 distinct 12 kB invalid documents", "four funded keys looping heavy operations",
-               "random Bearer keys", "2,500 idle sockets")
+               "random Bearer keys", "four WebSockets flooding subscriptions past their limit", "2,500 idle sockets")
 
 
 def light_client(base: str, address: str, ids: list[str], seconds: float) -> dict:
@@ -314,6 +314,41 @@ async def attacks(url: str, top: str, ids: list[str], seconds: float, rows: list
                                                    "headers": {"authorization": f"Bearer pith_{secrets.token_hex(16)}",
                                                                "x-forwarded-for": random.choice(spoofed)}})
                              for _ in range(2)]
+                elif name == "four WebSockets flooding subscriptions past their limit":
+                    import websockets
+
+                    async def flood(address: str) -> None:
+                        # Holds its 20 subscriptions, then sends more past the limit as fast as the server reads.
+                        sub = {"query": f'subscription {{ citationAdded(arxivId: "{top}") {{ __typename }} }}'}
+                        try:
+                            async with asyncio.timeout(max(0.1, until - time.monotonic())):
+                                async with websockets.connect(
+                                        server.base.replace("http", "ws") + "/graphql", close_timeout=1,
+                                        subprotocols=["graphql-transport-ws"], max_queue=None,
+                                        additional_headers={"x-forwarded-for": address}) as ws:
+                                    await ws.send(json.dumps({"type": "connection_init"}))
+                                    await ws.recv()
+
+                                    async def drain() -> None:
+                                        while True:
+                                            await ws.recv()
+
+                                    reading = asyncio.ensure_future(drain())
+                                    try:
+                                        n = 0
+                                        while True:
+                                            n += 1
+                                            await ws.send(json.dumps({"id": str(n), "type": "subscribe",
+                                                                      "payload": sub}))
+                                            note("sent", 0.0)
+                                            if n % 50 == 0:
+                                                await asyncio.sleep(0)
+                                    finally:
+                                        reading.cancel()
+                        except (TimeoutError, OSError, websockets.exceptions.WebSocketException):
+                            return
+
+                    tasks = [flood(f"{attackers}.{50 + n}") for n in range(4)]
                 elif name == "2,500 idle sockets":
                     held = []
 
