@@ -26,6 +26,7 @@ import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import httpx
@@ -189,6 +190,41 @@ ATTACK_ROWS = ("two connections of invalid 10 kB documents", "four requests of 1
                "random Bearer keys", "four WebSockets flooding subscriptions past their limit", "2,500 idle sockets")
 
 
+async def flood_websocket(base: str, address: str, arxiv_id: str, until: float, sent: Any = None) -> None:
+    """A WebSocket (graphql-transport-ws) that holds its 20 subscriptions, then sends subscriptions past the limit
+    as fast as the server reads them, until `until` (time.monotonic()), reading whatever comes back; `sent` is
+    called for each message sent. The attack table's row, here and in tests/test_attacks.py."""
+    import websockets
+
+    subscription = {"query": f'subscription {{ citationAdded(arxivId: "{arxiv_id}") {{ __typename }} }}'}
+    try:
+        async with asyncio.timeout(max(0.1, until - time.monotonic())):
+            async with websockets.connect(base.replace("http", "ws") + "/graphql", close_timeout=1,
+                                          subprotocols=["graphql-transport-ws"], max_queue=None,
+                                          additional_headers={"x-forwarded-for": address}) as ws:
+                await ws.send(json.dumps({"type": "connection_init"}))
+                await ws.recv()
+
+                async def drain() -> None:
+                    while True:
+                        await ws.recv()
+
+                reading = asyncio.ensure_future(drain())
+                try:
+                    n = 0
+                    while True:
+                        n += 1
+                        await ws.send(json.dumps({"id": str(n), "type": "subscribe", "payload": subscription}))
+                        if sent is not None:
+                            sent()
+                        if n % 50 == 0:
+                            await asyncio.sleep(0)
+                finally:
+                    reading.cancel()
+    except (TimeoutError, OSError, websockets.exceptions.WebSocketException):
+        return
+
+
 def light_client(base: str, address: str, ids: list[str], seconds: float) -> dict:
     """A light client looking papers up every 0.1 s for `seconds` (in a process of its own)."""
 
@@ -315,40 +351,8 @@ async def attacks(url: str, top: str, ids: list[str], seconds: float, rows: list
                                                                "x-forwarded-for": random.choice(spoofed)}})
                              for _ in range(2)]
                 elif name == "four WebSockets flooding subscriptions past their limit":
-                    import websockets
-
-                    async def flood(address: str) -> None:
-                        # Holds its 20 subscriptions, then sends more past the limit as fast as the server reads.
-                        sub = {"query": f'subscription {{ citationAdded(arxivId: "{top}") {{ __typename }} }}'}
-                        try:
-                            async with asyncio.timeout(max(0.1, until - time.monotonic())):
-                                async with websockets.connect(
-                                        server.base.replace("http", "ws") + "/graphql", close_timeout=1,
-                                        subprotocols=["graphql-transport-ws"], max_queue=None,
-                                        additional_headers={"x-forwarded-for": address}) as ws:
-                                    await ws.send(json.dumps({"type": "connection_init"}))
-                                    await ws.recv()
-
-                                    async def drain() -> None:
-                                        while True:
-                                            await ws.recv()
-
-                                    reading = asyncio.ensure_future(drain())
-                                    try:
-                                        n = 0
-                                        while True:
-                                            n += 1
-                                            await ws.send(json.dumps({"id": str(n), "type": "subscribe",
-                                                                      "payload": sub}))
-                                            note("sent", 0.0)
-                                            if n % 50 == 0:
-                                                await asyncio.sleep(0)
-                                    finally:
-                                        reading.cancel()
-                        except (TimeoutError, OSError, websockets.exceptions.WebSocketException):
-                            return
-
-                    tasks = [flood(f"{attackers}.{50 + n}") for n in range(4)]
+                    tasks = [flood_websocket(server.base, f"{attackers}.{50 + n}", top, until,
+                                             lambda: note("sent", 0.0)) for n in range(4)]
                 elif name == "2,500 idle sockets":
                     held = []
 

@@ -27,6 +27,7 @@ import pytest_asyncio
 
 from app.governor import create_key
 from app.limits import HEAVY_COST, MEMORY_BOUND_MB
+from bench.governance import flood_websocket
 from tests.conftest import LiveServer, create_database, drop_database
 from tests.graphs import hub
 
@@ -130,38 +131,6 @@ WS_FLOOD = "four WebSockets flooding subscriptions past their limit"
 ROWS = [*documents(), "four funded keys looping heavy operations", WS_FLOOD, "1,500 idle sockets"]
 
 
-async def flood_websocket(server: LiveServer, address: str, until: float) -> None:
-    """A socket that holds its 20 subscriptions, then sends subscriptions past the limit as fast as it can (the
-    server reads them at the client's pace), reading whatever comes back."""
-    import websockets
-
-    subscription = {"query": f'subscription {{ citationAdded(arxivId: "{HUB}") {{ __typename }} }}'}
-    try:
-        async with asyncio.timeout(max(0.1, until - time.monotonic())):
-            async with websockets.connect(server.base.replace("http", "ws") + "/graphql", close_timeout=1,
-                                          subprotocols=["graphql-transport-ws"], max_queue=None,
-                                          additional_headers={"x-forwarded-for": address}) as ws:
-                await ws.send(json.dumps({"type": "connection_init"}))
-                await ws.recv()
-
-                async def drain() -> None:
-                    while True:
-                        await ws.recv()
-
-                reading = asyncio.ensure_future(drain())
-                try:
-                    n = 0
-                    while True:
-                        n += 1
-                        await ws.send(json.dumps({"id": str(n), "type": "subscribe", "payload": subscription}))
-                        if n % 50 == 0:
-                            await asyncio.sleep(0)
-                finally:
-                    reading.cancel()
-    except (TimeoutError, OSError, websockets.exceptions.WebSocketException):
-        return
-
-
 async def light_client(server: LiveServer, until: float, answers: Answers) -> None:
     # A new connection a request: the kernel spreads them over both workers.
     async with httpx.AsyncClient(base_url=server.base, timeout=30, limits=httpx.Limits(max_keepalive_connections=0),
@@ -193,7 +162,8 @@ async def attack(server: LiveServer, keys: list[str], name: str, until: float) -
             tag = ROWS.index(name)
             await asyncio.gather(*(loop(client, f"203.0.113.{10 * tag + n}", make) for n in range(count)))
         elif name == WS_FLOOD:
-            await asyncio.gather(*(flood_websocket(server, f"203.0.113.{200 + n}", until) for n in range(4)))
+            await asyncio.gather(*(flood_websocket(server.base, f"203.0.113.{200 + n}", HUB, until)
+                                   for n in range(4)))
         elif name.startswith("four funded keys"):
             await asyncio.gather(*(loop(client, f"key:{n}", lambda _, k=k: {
                 "json": {"query": DIFF, "variables": {"a": HUB}}, "headers": {"authorization": f"Bearer {k}"}})
