@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
@@ -22,11 +23,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("pith.http")
 
+READY_SECONDS = 1.0  # how old a readiness check may be when answered to a caller who is not an operator
+
 class Ops:
     """The operator routes and the sampling loop of one application's state."""
 
     def __init__(self, state: App) -> None:
         self.state = state
+        self._ready: tuple[float, tuple[int, dict[str, Any], dict[str, str] | None]] | None = None
+        self._ready_lock = asyncio.Lock()
 
     async def healthz(self, request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -70,6 +75,35 @@ class Ops:
             await asyncio.sleep(1)
 
     async def readyz(self, request: Request) -> Response:
+        """Readiness. An operator (Ops.operator) is answered from a fresh check with every figure. In production
+        anyone else (a load balancer elsewhere, or the internet) is paced like any request (a refusal is a 429,
+        costing a point of the client's hour) and answered status and database alone, from a check at most
+        READY_SECONDS old that every such caller of this process shares: a flood of /readyz costs one check a
+        second, never a statement a request."""
+        if self.state.settings.production and not self.operator(request):
+            governor = self.state.governor
+            refused = governor.pace(governor.anonymous(governor.address_of(request.scope)), request.scope)
+            if refused is not None:
+                response = error_response(429, str(refused), request.url.path)
+                response.headers["Retry-After"] = str(refused.retry_after)
+                return response
+            status, body, headers = await self.shared_readiness()
+            short = {k: body[k] for k in ("status", "database", "detail") if k in body}
+            return JSONResponse(short, status_code=status, headers=headers)
+        status, body, headers = await self.readiness()
+        return JSONResponse(body, status_code=status, headers=headers)
+
+    async def shared_readiness(self) -> tuple[int, dict[str, Any], dict[str, str] | None]:
+        """The last readiness check if it is under READY_SECONDS old, else a new one (one at a time: callers
+        arriving while it runs wait for it)."""
+        async with self._ready_lock:
+            now = time.monotonic()
+            if self._ready is None or now - self._ready[0] >= READY_SECONDS:
+                self._ready = (time.monotonic(), await self.readiness())
+            return self._ready[1]
+
+    async def readiness(self) -> tuple[int, dict[str, Any], dict[str, str] | None]:
+        """Readiness checked now: (HTTP status, every figure, headers)."""
         from app.db.migrate import pending
 
         try:
@@ -79,12 +113,10 @@ class Ops:
                 missing = await conn.fetch(PING) and await pending(conn)
                 read_only = await conn.fetchval(READ_ONLY)
         except Exception as exc:  # noqa: BLE001 - readiness reports any failure
-            return JSONResponse({"status": "unavailable", "database": "unreachable",
-                                 "detail": type(exc).__name__}, status_code=503,
-                                headers={"Retry-After": RETRY_AFTER_SECONDS})
+            return 503, {"status": "unavailable", "database": "unreachable", "detail": type(exc).__name__}, \
+                {"Retry-After": RETRY_AFTER_SECONDS}
         if missing:
-            return JSONResponse({"status": "unavailable", "database": "reachable",
-                                 "pending_migrations": missing}, status_code=503)
+            return 503, {"status": "unavailable", "database": "reachable", "pending_migrations": missing}, None
         replicas = await self.replica_states()
         degraded = []
         for r in replicas:
@@ -100,15 +132,13 @@ class Ops:
             degraded.append("the change listener is reconnecting: live events arrive once it is back")
         status = "degraded" if degraded else "ready"
         database = "read-only" if read_only else "reachable"
-        if self.state.settings.production and not self.operator(request):  # the figures are for operators
-            return JSONResponse({"status": status, "database": database})
-        return JSONResponse({"status": status, "database": database, "degraded": degraded, "pending_migrations": [],
-                             "replicas": replicas, "pool": pool_figures(self.state.pool),
-                             "budgets": "in-process" if read_only or self.state.governor.budgets.local else "shared",
-                             "prepared": {"documents": len(self.state.prepared.table),
-                                          "answered": self.state.prepared.answered},
-                             "live": {"subscribers": self.state.hub.count if self.state.hub else 0,
-                                      "position": self.state.hub.position if self.state.hub else None}})
+        return 200, {"status": status, "database": database, "degraded": degraded, "pending_migrations": [],
+                     "replicas": replicas, "pool": pool_figures(self.state.pool),
+                     "budgets": "in-process" if read_only or self.state.governor.budgets.local else "shared",
+                     "prepared": {"documents": len(self.state.prepared.table),
+                                  "answered": self.state.prepared.answered},
+                     "live": {"subscribers": self.state.hub.count if self.state.hub else 0,
+                              "position": self.state.hub.position if self.state.hub else None}}, None
 
     async def replica_states(self) -> list[dict[str, Any]]:
         """Each replica: reachable, and how far its replay is behind (seconds since the last replayed

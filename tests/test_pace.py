@@ -168,3 +168,23 @@ async def test_a_reservation_is_due_at_the_pace():
     assert [pace.reserve("a") for _ in range(3)] == [0.5, 1.0, 1.5]  # each due half a second after the last
     clock.now += 1.5
     assert pace.reserve("a") == 0.5  # three of the debt paid, one more due
+
+
+async def test_readiness_is_paced_and_shared_for_callers_who_are_not_operators(paced):
+    """/readyz from the internet in production: paced like any request, and answered from one check a second
+    that every such caller shares, so a flood of it sends no statement a request; an operator (loopback, no
+    proxy hop) is answered from a fresh check with every figure."""
+    client, log = paced.client, paced.statements
+    await client.get("/readyz", headers=who(30))  # a check of its own, now shared for a second
+    log.clear()
+    answers = await asyncio.gather(*(client.get("/readyz", headers=who(31 + n % 3)) for n in range(3 * BURST)))
+    assert [a.status_code for a in answers] == [200] * (3 * BURST), [a.text[:100] for a in answers]
+    assert all(a.json() == {"status": "ready", "database": "reachable"} for a in answers), answers[0].text
+    checks = len(log.counted)
+    assert checks <= 4, log.counted  # at most one check more, should the second have passed meanwhile
+    refused = await client.get("/readyz", headers=who(31))
+    assert too_fast(refused) and "requests a second" in refused.json()["error"]["message"], refused.text
+    assert len(log.counted) == checks  # a refusal sends nothing
+    operator = await client.get("/readyz")
+    assert operator.status_code == 200 and "pool" in operator.json(), operator.text
+    assert len(log.counted) > checks  # checked afresh
