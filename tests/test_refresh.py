@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import random
 from pathlib import Path
 
@@ -447,27 +448,42 @@ async def test_references_given_before_their_arxiv_paper_are_its_outbound_as_dat
     """The arXiv snapshots imported after every other source's (the later month first): the references the
     sources gave for papers not loaded then were kept, and are the papers' outbound at the sources' own instants
     once the papers are loaded, as in date order. References of a journal DOI no paper had (a Crossref list,
-    OpenCitations rows) are counted, not kept (keeping them would keep those sources' references whole): the arXiv
-    import names the snapshots to import again, and those imports add them."""
+    OpenCitations rows) are counted, not kept (keeping them would keep those sources' references whole), with the
+    files they came from: the arXiv import that makes the DOI a paper's reads those files again for that DOI alone.
+    Where the files are no longer as they were (moved, rewritten), it names the snapshots to import again, and
+    those imports add them."""
     sources, papers = late_snapshots(tmp_path)
     instants = sorted({at for _, at, _ in sources + papers}) + ["2026-12-01T00:00:00Z"]
-    orders = {"date order": sorted(sources + papers, key=lambda f: f[1]),
-              "papers last": random.Random(3).sample(sources, len(sources)) + papers[::-1]}
+    shuffled = random.Random(3).sample(sources, len(sources)) + papers[::-1]
+    orders = {"date order": sorted(sources + papers, key=lambda f: f[1]), "papers last": shuffled,
+              "papers last, files changed": shuffled}
     found, said = {}, {}
     for name, order in orders.items():
         url = await sample_database(admin_url, "pith_test_refs_first")
         try:
-            said[name] = [imported(url, source, path, at=at) for source, at, path in order]
-            if name != "date order":
-                # What the arXiv imports said: the snapshots to import again (the PLoS work's Crossref list, the
-                # OpenCitations rows citing its DOI), which then add them.
+            said[name] = []
+            for source, at, path in order:
+                if name.endswith("files changed") and source == "arxiv":
+                    for _, _, other in sources:  # each file rewritten since (as a new download is)
+                        os.utime(other, ns=(os.stat(other).st_atime_ns, os.stat(other).st_mtime_ns + 10**9))
+                said[name].append(imported(url, source, path, at=at))
+            if name == "papers last":
+                # Read again: both snapshots of the PLoS work's Crossref list and of the OpenCitations rows citing
+                # its DOI, said once each by the arXiv import that made the DOI a paper's at their instants.
+                assert not any("not kept: import" in x for x in said[name]), said[name]
+                assert any("references counted, not kept, for these papers' DOIs added" in x for x in said[name])
+            if name.endswith("files changed"):
+                # What the arXiv imports said: the snapshots to import again, which then add them.
                 again = [(s, at, p) for s, at, p in sources
                          if any(f"{s} gave at {at.replace('Z', '+00:00')}" in x for x in said[name])]
                 assert sorted(s for s, _, _ in again) == ["crossref"] * 2 + ["opencitations"] * 2, said[name]
+                assert not any("read again" in x for x in said[name]), said[name]
                 for source, at, path in again:
                     imported(url, source, path, at=at)
-                # Added now: an arXiv import again no longer says so.
-                assert "not kept" not in imported(url, "arxiv", papers[1][2], at=papers[1][1])
+            if name != "date order":
+                # Added now: an arXiv import again no longer says so, nor reads anything again.
+                last = imported(url, "arxiv", papers[1][2], at=papers[1][1])
+                assert "not kept" not in last and "read again" not in last, last
             async for served in serve(url, StatementLog()):
                 answers = []
                 for at in instants:
@@ -477,8 +493,9 @@ async def test_references_given_before_their_arxiv_paper_are_its_outbound_as_dat
                 found[name] = answers
         finally:
             await drop_database(admin_url, url)
-    for at, expected, got in zip(instants, found["date order"], found["papers last"]):
-        assert got == expected, f"differs at {at}: {first_difference(expected, got)}"
+    for name in ("papers last", "papers last, files changed"):
+        for at, expected, got in zip(instants, found["date order"], found[name]):
+            assert got == expected, f"{name} differs at {at}: {first_difference(expected, got)}"
     final = {p["arxivId"]: p["outbound"] for p in found["date order"][-1]}
     plos, late = final["1203.00001"], final[LATE]
     assert plos["totalCount"] == 72 and sum(n["source"] == "crossref" for n in plos["nodes"]) == 70

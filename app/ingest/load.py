@@ -18,7 +18,7 @@ import orjson
 from app.ingest.checks import CheckLedger, document_checks, settle
 from app.ingest.document import DocumentError, parse_document
 from app.ingest.links import settle_links
-from app.ingest.sources import kept_for_staged_papers, lock_kept_references, take_up_kept, waiting_line
+from app.ingest.sources import kept_for_staged_papers, lock_kept_references, reread_line, take_up_kept, waiting_line
 from app.ingest.store import ImportRejected, Loader, LoadResult, append_ends
 
 LOAD_BATCH_DOCUMENTS = 100  # a load merges each batch while it reads the next
@@ -163,7 +163,8 @@ async def _load_file_once(conn: asyncpg.Connection, path: str, progress: IO[str]
     finally:
         stream.close()
     # References the sources gave for these papers before they were loaded: added as the arXiv import adds them.
-    taken, taken_facts, still_kept = await take_up_kept(conn, taking_up)
+    done = await take_up_kept(conn, taking_up, waiting)
+    taken, taken_facts, still_kept = done.taken, done.added, done.again
     seconds = time.monotonic() - started
     if progress is not None:
         print(f"{path}: loaded {documents} documents, {added} new facts in {seconds:.2f}s "
@@ -171,5 +172,5 @@ async def _load_file_once(conn: asyncpg.Connection, path: str, progress: IO[str]
               + (f"; {taken} references kept for these papers added ({taken_facts} facts)" if taken else "")
               + (f"; {still_kept} references kept for these papers are of instants before their snapshots: kept "
                  "until an earlier snapshot of them is loaded" if still_kept else "")
-              + waiting_line(waiting), file=progress, flush=True)
+              + reread_line(done.reread) + waiting_line(waiting), file=progress, flush=True)
     return LoadResult(path, documents, added + taken_facts, seconds)

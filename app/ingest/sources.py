@@ -120,6 +120,7 @@ class Summary:
     # An arXiv import: references counted, not kept, of works whose DOI it names as a paper's, by the snapshot
     # that gave them (source, instant): importing that snapshot again adds them.
     waiting: dict[tuple[str, str], int] = field(default_factory=dict)
+    reread: int = 0  # such references added by reading their snapshots' files again (still there as they were)
     seconds: float = 0.0
 
     def skip(self, why: str) -> None:
@@ -135,8 +136,14 @@ class Summary:
                 + (f", {self.taken_up} references kept for these papers added" if self.taken_up else "")
                 + (f"; {self.still_kept} references kept for these papers are of instants before their snapshots: "
                    "kept until an earlier snapshot of them is loaded" if self.still_kept else "")
-                + waiting_line(self.waiting)
+                + reread_line(self.reread) + waiting_line(self.waiting)
                 + f" in {self.seconds:.2f}s ({rate:.0f} records/s)")
+
+
+def reread_line(n: int) -> str:
+    """What an arXiv import (or a load) says of the counted lists it added by reading their files again."""
+    return (f"; {n} references counted, not kept, for these papers' DOIs added, their snapshots' files read again"
+            if n else "")
 
 
 def waiting_line(waiting: dict[tuple[str, str], int]) -> str:
@@ -355,8 +362,11 @@ class Importer:
     """One invocation: every file's records, staged and merged in one transaction at one instant."""
 
     def __init__(self, conn: asyncpg.Connection, source: str, observed_at: datetime, *, partial: bool = False,
-                 progress: IO[str] | None = None) -> None:
-        self.conn, self.source, self.at, self.partial = conn, source, observed_at, partial
+                 progress: IO[str] | None = None, only: set[str] | None = None) -> None:
+        # only: the citing DOIs whose records alone are read (a snapshot read again for the lists it counted,
+        # reread_counted): an excerpt, so no index counts are taken from it.
+        self.conn, self.source, self.at, self.partial = conn, source, observed_at, partial or only is not None
+        self.only = only
         self.name = SOURCE_NAMES[source]
         self.whole_database = source == "retraction-watch" and not partial
         self.progress = progress
@@ -379,6 +389,7 @@ class Importer:
         self.kept_count = 0  # references kept by this import
         self._keeping = False  # the batches' kept references spill to a temporary table (_spill_kept)
         self.unkept: list[tuple[str, int]] = []
+        self.counted_any = False  # lists were counted, not kept: the files are remembered (migration 0027)
         self.locked = False
         self.import_id = uuid.uuid4()
         self.usable_rows = 0  # Retraction Watch: rows with a DOI and a known nature
@@ -410,6 +421,8 @@ class Importer:
                 await self._take_kept(kept_for)
             await self._flush(final=True)
             await self._store_kept()
+            if self.counted_any and self.only is None:
+                await self._remember_files(paths)
             self.summary.taken_up -= self.kept_count if kept_for else 0  # (kept again: no paper by this instant)
             if self.whole_database:
                 # The file is the whole database: every work with a DOI was checked, and found clean
@@ -479,9 +492,10 @@ class Importer:
             await settle_links(self.conn)
             if self.source == "arxiv":
                 taking_up = await kept_for_staged_papers(self.conn, self.summary.waiting)
-        taken, added, self.summary.still_kept = await take_up_kept(self.conn, taking_up)
-        self.summary.taken_up += taken
-        self.summary.facts_added += added
+        done = await take_up_kept(self.conn, taking_up, self.summary.waiting)
+        self.summary.taken_up += done.taken
+        self.summary.still_kept, self.summary.reread = done.again, done.reread
+        self.summary.facts_added += done.added
         self.summary.seconds = time.monotonic() - started
         if self.progress is not None:
             print("", file=self.progress)  # the progress line ends
@@ -501,6 +515,8 @@ class Importer:
             else:
                 reader = json_records(stream, ("items", "results"))  # type: ignore[assignment]
             for where, record in reader:
+                if self.only is not None and self._citing_doi(record) not in self.only:
+                    continue
                 self.summary.records += 1
                 self.read(record, where)  # (the readers count what they skip; none names a record)
                 if len(self.reports) + len(self.references) + len(self.papers) + len(self.openalex_refs) \
@@ -514,6 +530,18 @@ class Importer:
         finally:
             if path != "-":
                 stream.close()
+
+    def _citing_doi(self, record: Any) -> str | None:
+        """The DOI whose references a Crossref work or an OpenCitations row gives (the `only` filter)."""
+        if not isinstance(record, dict):
+            return None
+        return normalize_doi(record.get("DOI")) if self.source == "crossref" else _oc_doi(record.get("citing"))
+
+    async def _remember_files(self, paths: list[str]) -> None:
+        """The files whose lists were counted, as they are now, to be read again when a paper needs them."""
+        rows = [(self.source, self.at, self.import_id, position, *found) for position, path in enumerate(paths)
+                if path != "-" and (found := file_identity(path)) is not None]
+        await self.conn.executemany("INSERT INTO counted_reference_files VALUES ($1, $2, $3, $4, $5, $6, $7)", rows)
 
     def _progress(self, path: str, stream: Any) -> None:
         """One line on the terminal, redrawn: a bar of the file read (when its size is known), records, rate."""
@@ -783,6 +811,7 @@ class Importer:
         if self.kept:
             await self.conn.copy_records_to_table("stage_kept", records=self.kept)
         if self.unkept:
+            self.counted_any = True
             counted: dict[str, int] = {}
             for doi, n in self.unkept:
                 counted[doi] = counted.get(doi, 0) + n
@@ -995,16 +1024,20 @@ async def lock_kept_references(conn: asyncpg.Connection) -> None:
     await conn.execute("SELECT pg_advisory_xact_lock($1)", KEPT_LOCK)
 
 
-async def kept_for_staged_papers(conn: asyncpg.Connection, waiting: dict[tuple[str, str], int]) -> list[Any]:
-    """Inside an arXiv import or a load, after its merge: each source snapshot's references kept for the papers
-    (or DOIs) it stages, to take up once it commits (take_up_kept); those only counted are said in `waiting`."""
+async def kept_for_staged_papers(conn: asyncpg.Connection, waiting: dict[tuple[str, str], int]) -> list[dict[str, Any]]:
+    """Inside an arXiv import or a load, after its merge: what to add once it commits (take_up_kept), for the papers
+    (or DOIs) it stages: each source snapshot's references kept for them, and each snapshot whose lists of their
+    DOIs were counted, not kept, to be read again from its files for those DOIs (when the files are still there as
+    they were: migration 0027); those counted whose files are gone or changed are said in `waiting`."""
     if not await conn.fetchval("SELECT EXISTS (SELECT 1 FROM kept_references) "
                                "OR EXISTS (SELECT 1 FROM skipped_reference_lists)"):
         return []
-    # (Counted once per DOI and snapshot however often it was imported; not said once the snapshot's import again
+    groups: list[dict[str, Any]] = []
+    # (Counted once per DOI and snapshot however often it was imported; not asked once the snapshot's import again
     # added them: the paper's references of that source are then resolved at its instant.)
+    counted: dict[tuple[str, datetime], list[Any]] = {}
     for row in await conn.fetch(
-            "SELECT source, observed_at, sum(n) AS n FROM (SELECT DISTINCT ON (source, observed_at, doi) * FROM ("
+            "SELECT source, observed_at, doi, max(n) AS n, array_agg(DISTINCT import_id) AS imports FROM ("
             "SELECT s.source, s.observed_at, s.import_id, u.doi, d.arxiv_id, sum(u.n) AS n "
             "FROM skipped_reference_lists AS s CROSS JOIN LATERAL unnest(s.dois, s.counts) AS u(doi, n) "
             "JOIN (SELECT DISTINCT doi, arxiv_id FROM stage_paper_dois) AS d ON d.doi = u.doi "
@@ -1014,25 +1047,88 @@ async def kept_for_staged_papers(conn: asyncpg.Connection, waiting: dict[tuple[s
             "AND NOT EXISTS (SELECT 1 FROM citation_observations AS o "
             "JOIN resolutions AS r USING (observation_id) WHERE o.citing_arxiv_id = p.arxiv_id "
             "AND o.source = p.source AND r.observed_at = p.observed_at) "
-            "ORDER BY source, observed_at, doi, n DESC) AS w GROUP BY 1, 2"):
-        waiting[(row["source"], row["observed_at"].isoformat())] = row["n"]
-    return await conn.fetch(
+            "GROUP BY 1, 2, 3 ORDER BY 2, 1, 3"):
+        counted.setdefault((row["source"], row["observed_at"]), []).append(row)
+    for (source, at), rows in counted.items():
+        n = sum(r["n"] for r in rows)
+        paths = await _unchanged_files(conn, [r["imports"] for r in rows])
+        if paths:
+            groups.append({"source": source, "observed_at": at, "citing": [], "paths": paths,
+                           "dois": {r["doi"] for r in rows}, "n": n})
+        else:
+            waiting[(source, at.isoformat())] = n
+    groups.extend({"source": r["source"], "observed_at": r["observed_at"], "citing": r["citing"], "paths": None}
+                  for r in await conn.fetch(
         "SELECT source, observed_at, array_agg(DISTINCT citing) AS citing FROM kept_references "
         "WHERE citing IN (SELECT arxiv_id FROM stage_paper_snapshots UNION SELECT doi FROM stage_paper_dois) "
-        "GROUP BY 1, 2 ORDER BY 2, 1")
+        "GROUP BY 1, 2 ORDER BY 2, 1"))
+    return groups
 
 
-async def take_up_kept(conn: asyncpg.Connection, groups: list[Any]) -> tuple[int, int, int]:
+def file_identity(path: str) -> tuple[str, int, int] | None:
+    """A file as make and rsync tell it unchanged: its absolute path, size and modification time (None: no such
+    file)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return os.path.abspath(path), st.st_size, st.st_mtime_ns
+
+
+async def _unchanged_files(conn: asyncpg.Connection, imports: list[list[Any]]) -> list[str] | None:
+    """The files to read again for counted lists (each given as the imports that counted it): for each list, those
+    of an import of it whose files are all still there as they were then; None when a list has no such import."""
+    files: dict[Any, list[Any]] = {}
+    for r in await conn.fetch("SELECT import_id, path, size, mtime_ns FROM counted_reference_files "
+                              "WHERE import_id = any($1::uuid[]) ORDER BY import_id, position",
+                              list({i for ids in imports for i in ids})):
+        files.setdefault(r["import_id"], []).append(r)
+
+    def unchanged(f: Any) -> bool:
+        return file_identity(f["path"]) == (f["path"], f["size"], f["mtime_ns"])
+
+    usable = {i for i, fs in files.items() if all(unchanged(f) for f in fs)}
+    paths: list[str] = []
+    for ids in imports:
+        chosen = sorted(i for i in ids if i in usable)
+        if not chosen:
+            return None
+        paths.extend(f["path"] for f in files[chosen[0]] if f["path"] not in paths)
+    return paths
+
+
+@dataclass
+class TakenUp:
+    """What an arXiv import or a load added after it committed (take_up_kept)."""
+    taken: int = 0  # kept references added
+    added: int = 0  # facts added
+    again: int = 0  # references kept again: their instants are before the papers' first snapshots
+    reread: int = 0  # references of counted lists, read again from their snapshots' files
+
+
+async def take_up_kept(conn: asyncpg.Connection, groups: list[dict[str, Any]],
+                       waiting: dict[tuple[str, str], int]) -> TakenUp:
     """After the arXiv import (or load) committed: each source's snapshot whose references waited for its papers, in
-    its own transaction and at its own instant, through the import's own path (a failure there leaves them kept,
-    for the next import of the papers). (References added, facts added, references kept again: their instants are
-    before the papers' first snapshots.)"""
-    taken = added = again = 0
+    its own transaction and at its own instant, through the import's own path: the references kept, and the lists
+    counted, read again from the snapshot's files for the papers' DOIs alone (a failure there leaves them kept, or
+    counted and said in `waiting`, for the next import of the papers)."""
+    done = TakenUp()
     for group in groups:
-        later = Importer(conn, group["source"], group["observed_at"])
-        summary = await later.run([], kept_for=group["citing"])
-        taken, added, again = taken + summary.taken_up, added + summary.facts_added, again + later.kept_count
-    return taken, added, again
+        later = Importer(conn, group["source"], group["observed_at"],
+                         only=group["dois"] if group["paths"] else None)
+        if group["paths"]:
+            try:
+                summary = await later.run(group["paths"])
+            except (ImportRejected, OSError):
+                waiting[(group["source"], group["observed_at"].isoformat())] = group["n"]
+                continue
+            done.reread += group["n"]
+        else:
+            summary = await later.run([], kept_for=group["citing"])
+            done.taken += summary.taken_up
+            done.again += later.kept_count
+        done.added += summary.facts_added
+    return done
 
 
 # --- the standing rule's runs ---------------------------------------------------------------------
