@@ -630,3 +630,53 @@ async def test_a_doi_a_paper_had_only_later_takes_no_references_of_earlier_insta
                 await drop_database(admin_url, url)
         assert found["list first"] == found["date order"], name
         assert [p and p["outbound"]["totalCount"] for p in found["date order"]] == [0 if len(papers) == 2 else None, 0]
+
+
+PRINTED = "Cheng, K.T., Krishnakumar, A.S.: Automatic functional test generation using the extended finite state machine"
+
+
+@pytest.mark.parametrize("rw_at", ["2026-08-01T00:00:00Z", "2026-09-01T00:00:00Z", "2026-10-01T00:00:00Z"])
+async def test_a_retraction_watch_title_replaces_what_a_crossref_reference_printed_in_any_order(admin_url, tmp_path,
+                                                                                               rw_at):
+    """A work known only from a Crossref reference to it is described by what the reference printed; a Retraction
+    Watch row's title replaces that (a printed reference is no title), from the row's instant, whichever of the two
+    is imported first, and where both are stamped with one instant (constructed records in the published layouts:
+    the arXiv DOI's Crossref record citing the work, a Retraction Watch row of it)."""
+    from tests.test_sources import rw_csv
+
+    cr_at, cited = "2026-09-01T00:00:00Z", "10.1145/157485.164585"
+    crossref = jsonl(tmp_path / "cr.jsonl", {
+        "DOI": ARXIV_DOI, "title": ["MegaScale"], "type": "posted-content",
+        "reference": [{"key": "r1", "DOI": cited, "doi-asserted-by": "crossref", "unstructured": PRINTED,
+                       "year": "1993"}]})
+    rw = tmp_path / "rw.csv"
+    rw.write_text(rw_csv([{"Title": "Automatic generation of functional vectors", "Journal": "ACM",
+                           "RetractionDate": "1/2/2020 0:00", "RetractionDOI": "10.9999/fsm",
+                           "OriginalPaperDOI": cited, "RetractionNature": "Retraction",
+                           "OriginalPaperDate": "1/1/1993 0:00"}]))
+    files = {"crossref": (crossref, cr_at, ()), "retraction-watch": (str(rw), rw_at, ("--partial",))}
+    instants = ["2026-08-01T00:00:00Z", "2026-09-01T00:00:00Z", "2026-10-01T00:00:00Z", "2026-12-01T00:00:00Z"]
+    found = {}
+    for order in (("crossref", "retraction-watch"), ("retraction-watch", "crossref")):
+        url = await sample_database(admin_url, "pith_test_printed")
+        try:
+            for source in order:
+                path, at, extra = files[source]
+                imported(url, source, path, at=at, extra=extra)
+            async for served in serve(url, StatementLog()):
+                answers = []
+                for at in instants:
+                    body = await served.graphql(KEPT, {"at": at})
+                    assert "errors" not in body, body
+                    answers.append([w for w in body["data"]["works"]["nodes"] if w["doi"] == cited])
+                found[order] = answers
+        finally:
+            await drop_database(admin_url, url)
+    first, second = found.values()
+    for at, a, b in zip(instants, first, second):
+        assert a == b, f"differs at {at}: {a} against {b}"
+    (final,) = first[-1]
+    assert final["title"] == "Automatic generation of functional vectors" and final["venue"] == "ACM", final
+    if rw_at > cr_at:  # what the reference printed, until the row
+        (then,) = first[1]
+        assert then["title"] == PRINTED and then["metadataSource"] == "crossref_reference", then

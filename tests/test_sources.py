@@ -485,6 +485,30 @@ async def test_an_opencitations_excerpt_gives_its_citations_but_no_count(admin_u
         await drop_database(admin_url, url)
 
 
+@pytest.mark.parametrize("partial", [False, True])
+async def test_every_opencitations_row_is_an_observation_or_said_skipped_by_reason(admin_url, tmp_path, partial):
+    """Constructed rows in the index's layout: a row without a citing DOI, one without a cited DOI, one citing from
+    a DOI no paper has, and one citing the sample paper's arXiv DOI. Every row not kept as an observation is said
+    in the summary, by reason, with whether it still counts for the cited work (the whole index) or not (an
+    excerpt, --partial)."""
+    oc = tmp_path / "oc.csv"
+    oc.write_text('"oci","citing","cited","creation","timespan","journal_sc","author_sc"\n'
+                  '"0-1","","10.1000/c.1","2020","P1Y","no","no"\n'
+                  '"0-2","10.1000/a.1","","2020","P1Y","no","no"\n'
+                  '"0-3","10.1000/a.1","10.1000/c.1","2020","P1Y","no","no"\n'
+                  '"0-4","10.48550/arxiv.2402.15627","10.1000/c.2","2024","P1Y","no","no"\n')
+    url = await sample_database(admin_url, "pith_test_oc_rows")
+    try:
+        summary = imported(url, "opencitations", str(oc), extra=("--partial",) if partial else ())
+    finally:
+        await drop_database(admin_url, url)
+    counted = "(an excerpt: not counted)" if partial else "(counted for the cited work)"
+    assert "4 records" in summary and "3 skipped" in summary, summary
+    assert f"1 citations without a usable citing DOI {counted}" in summary, summary
+    assert f"1 citations whose citing DOI is no loaded arXiv paper's {counted}" in summary, summary
+    assert "1 rows without a usable cited DOI" in summary, summary
+
+
 async def test_importing_the_same_file_at_the_same_instant_adds_nothing_and_keeps_the_etag(seeded, tmp_path):
     url, served = seeded
     path = tmp_path / "rw.csv"

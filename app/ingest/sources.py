@@ -61,9 +61,17 @@ CROSSREF_RELATIONS = {"is-retracted-by": "retraction", "has-retraction": "retrac
 # Sources that check a work's standing: their receipt says the work was looked at (OpenCitations and
 # the arXiv metadata say nothing of standing).
 STANDING_SOURCES = ("crossref", "retraction_watch", "openalex")
-# Sources that describe a work only when no snapshot of it (or none with a title) is there at their instant.
+# Sources that describe a work only when no snapshot of it is there at their instant, or none with a title, or
+# one by a source before them here that gave less: what a Crossref reference printed is no title, and a Retraction
+# Watch row's title replaces it (in whichever order the two arrive, at one instant or in date order).
 CROSSREF_REFERENCE = "crossref_reference"  # a work known only from a Crossref reference to it
-FALLBACK_DESCRIBERS = ("retraction_watch", "opencitations", CROSSREF_REFERENCE)
+FALLBACK_DESCRIBERS = (CROSSREF_REFERENCE, "opencitations", "retraction_watch")
+
+
+def outranks(source: str, other: str | None) -> bool:
+    """A fallback describer's title replaces `other`'s description (one of a describer before it above)."""
+    return source in FALLBACK_DESCRIBERS and other in FALLBACK_DESCRIBERS \
+        and FALLBACK_DESCRIBERS.index(source) > FALLBACK_DESCRIBERS.index(other)
 # Staged facts of one import with the same key: which one stands (app.ingest.store stages every batch).
 DEDUPE = (("work_events", "work_id, source, event_type, observed_at", "reported_at DESC NULLS LAST, ctid DESC"),
           ("work_snapshots", "work_id, observed_at", "ctid DESC"),
@@ -435,7 +443,8 @@ class Importer:
                                         self.name, self.at)
             await self.loader.flush()
             # A source that describes a work only when nothing else does (Retraction Watch, OpenCitations) did
-            # so at a later instant than this import's description: date order would not have, so it goes.
+            # so at a later instant than this import's description: date order would not have, so it goes (unless
+            # its title replaces this description's, FALLBACK_DESCRIBERS: that one stays).
             # A probe of each staged work's later snapshots by key: as a join, the planner took the statistics of
             # work_snapshots from before the last import (no Retraction Watch snapshot among them: "1 row") and
             # compared every staged snapshot with each of 47,500 stored ones in a nested loop (95 s of CPU for
@@ -446,7 +455,9 @@ class Importer:
                 "SELECT l.work_id, l.observed_at FROM work_snapshots AS l WHERE l.work_id = s.work_id "
                 "AND (l.observed_at > s.observed_at OR l.observed_at = s.observed_at "
                 "AND l.metadata_source IS DISTINCT FROM s.metadata_source) AND l.metadata_source = any($1::text[]) "
-                "AND (s.title IS NOT NULL OR l.title IS NULL) OFFSET 0) AS x)", list(FALLBACK_DESCRIBERS))
+                "AND (s.title IS NOT NULL OR l.title IS NULL) AND NOT (l.title IS NOT NULL "
+                "AND coalesce(array_position($1::text[], s.metadata_source), 1000) "
+                "< array_position($1::text[], l.metadata_source)) OFFSET 0) AS x)", list(FALLBACK_DESCRIBERS))
             # Another source that describes works described one at this very instant (two sources' snapshots
             # stamped with one date): that description stays, this one is counted, not stored (a work has one
             # description an instant); the rest of what this import says of the work (its check, events, counts,
@@ -686,10 +697,16 @@ class Importer:
         if cited is None:
             return self.summary.skip("rows without a usable cited DOI")
         self.cited_counts[cited] = self.cited_counts.get(cited, 0) + 1
-        if citing is not None:
-            self.references.append(Reference("", 0, f"opencitations:{citing}:{cited}", cited, None, None,
-                                             citing_doi=citing))
+        if citing is None:
+            return self.summary.skip("citations without a usable citing DOI" + self._counted_for_the_cited())
+        self.references.append(Reference("", 0, f"opencitations:{citing}:{cited}", cited, None, None,
+                                         citing_doi=citing))
         return None
+
+    def _counted_for_the_cited(self) -> str:
+        """How an OpenCitations citation that is no observation still counts: in the cited work's count (the
+        whole index), or not at all (an excerpt, --partial)."""
+        return " (an excerpt: not counted)" if self.partial else " (counted for the cited work)"
 
     # --- writing ------------------------------------------------------------------------------------
 
@@ -843,8 +860,8 @@ class Importer:
         # every snapshot for `lower(doi) = any($1)` (a batch of 5,000 DOIs: 0.8 s against 0.2 s).
         rows = await self.conn.fetch(
             "SELECT DISTINCT ON (w.work_id) d.doi, w.work_id, w.observed_at <= $2 AS then_known, "
-            "w.arxiv_id, w.pith_arxiv_id, w.title, w.venue, w.year FROM unnest($1::text[]) AS d(doi) "
-            "CROSS JOIN LATERAL (SELECT * FROM work_snapshots AS x WHERE lower(x.doi) = d.doi AND x.doi IS NOT NULL "
+            "w.arxiv_id, w.pith_arxiv_id, w.title, w.venue, w.year, w.metadata_source "
+            "FROM unnest($1::text[]) AS d(doi) CROSS JOIN LATERAL (SELECT * FROM work_snapshots AS x WHERE lower(x.doi) = d.doi AND x.doi IS NOT NULL "
             "OFFSET 0) AS w ORDER BY w.work_id, w.observed_at <= $2 DESC, w.observed_at DESC", dois, self.at)
         found: dict[str, list[tuple[uuid.UUID, Any]]] = {}
         for row in rows:
@@ -859,7 +876,8 @@ class Importer:
         at, source = self.at, self.name
         # A work is described by a source that describes works, or by any source that names it when it has no
         # snapshot yet, or no title (Retraction Watch's row title fills a work OpenCitations made).
-        describe = report.snapshot or latest is None or (latest["title"] is None and report.title is not None)
+        describe = report.snapshot or latest is None or report.title is not None and (
+            latest["title"] is None or outranks(source, latest["metadata_source"]))
         if describe:
             arxiv_id = arxiv_id_of_doi(doi)
             keep = latest if latest is not None else {}
@@ -970,8 +988,8 @@ class Importer:
                 if citing is not None:
                     kept.append(Reference(citing, 0, r.key, r.doi, None, None, citing_doi=r.citing_doi))
                 else:
-                    self.summary.skip("citations whose citing DOI is no loaded arXiv paper's "
-                                      "(counted for the cited work)")
+                    self.summary.skip("citations whose citing DOI is no loaded arXiv paper's"
+                                      + self._counted_for_the_cited())
                     self.unkept.append((r.citing_doi or "", 1))
             refs = kept
         citing_known = {r["arxiv_id"] for r in await self.conn.fetch(
