@@ -862,7 +862,8 @@ class Importer:
             "SELECT DISTINCT ON (w.work_id) d.doi, w.work_id, w.observed_at <= $2 AS then_known, "
             "w.arxiv_id, w.pith_arxiv_id, w.title, w.venue, w.year, w.metadata_source "
             "FROM unnest($1::text[]) AS d(doi) CROSS JOIN LATERAL (SELECT * FROM work_snapshots AS x "
-            "WHERE lower(x.doi) = d.doi AND x.doi IS NOT NULL OFFSET 0) AS w ORDER BY w.work_id, w.observed_at <= $2 DESC, w.observed_at DESC", dois, self.at)
+            "WHERE lower(x.doi) = d.doi AND x.doi IS NOT NULL OFFSET 0) AS w "
+            "ORDER BY w.work_id, w.observed_at <= $2 DESC, w.observed_at DESC", dois, self.at)
         found: dict[str, list[tuple[uuid.UUID, Any]]] = {}
         for row in rows:
             found.setdefault(row["doi"], []).append((row["work_id"], row if row["then_known"] else None))
