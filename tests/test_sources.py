@@ -537,6 +537,7 @@ async def test_a_broken_file_stores_nothing_and_says_where(seeded, tmp_path):
     done = pith("import", "crossref", good, str(truncated), url=url)  # the good file first: it is not kept either
     assert done.returncode == 1 and "gzip" in done.stderr.decode() and "nothing of this import was written" in done.stderr.decode()
     assert str(truncated) in done.stderr.decode()
+    assert f"byte {len(data) // 2} of the file" in done.stderr.decode(), done.stderr.decode()  # where it broke off
     lines = tmp_path / "bad.jsonl"
     lines.write_text(json.dumps({"id": "0704.0001", "title": "x", "versions": []}) + "\n{not json\n")
     done = pith("import", "arxiv", str(lines), url=url)

@@ -200,10 +200,18 @@ class _Counting(io.RawIOBase):
         try:
             data = self.inner.read(len(buffer))
         except _BROKEN_GZIP as exc:
-            raise Broken(f"byte {self.offset} (decompressed)", f"the gzip stream breaks off: {exc}") from None
+            raise Broken(self._where(), f"the gzip stream breaks off: {exc}") from None
         buffer[:len(data)] = data
         self.offset += len(data)
         return len(data)
+
+    def _where(self) -> str:
+        """Where a gzip stream broke: the file's bytes read by then (the compressed ones), and the decompressed."""
+        try:
+            read = self.inner.fileobj.tell()  # type: ignore[attr-defined]
+        except (AttributeError, OSError, ValueError):
+            return f"byte {self.offset} (decompressed)"
+        return f"byte {read} of the file ({self.offset} bytes decompressed before it)"
 
 
 def json_records(stream: IO[bytes], keys: tuple[str, ...]) -> Iterator[tuple[int | str, Any]]:
