@@ -310,21 +310,22 @@ async def test_openalex_counts_of_an_arxiv_work_are_the_papers(admin_url, tmp_pa
 @pytest.mark.parametrize("first", ["retraction-watch", "crossref", "openalex"])
 async def test_sources_stamped_with_the_same_instant_all_import(admin_url, tmp_path, first):
     """Each month's snapshots stamped with one date: Retraction Watch, Crossref and OpenAlex describing one work at
-    the same --observed-at all import, in any order (constructed records in the published layouts). A description
-    a source gives where another gave one at that instant is counted in the summary, not stored; everything else of
-    each import is (its check, events, counts)."""
+    the same --observed-at all import, in any order (constructed records in the published layouts). The work has
+    one description at the instant, the same whichever came first (Crossref's, the DOI's registrar's: DESCRIBERS); a
+    description that gives way to one stored is counted in the summary; everything else of each import is stored
+    (its check, events, counts)."""
     from tests.test_sources import rw_csv
 
     at, doi = "2026-09-01T00:00:00Z", "10.1000/same.1"
     rw = tmp_path / "rw.csv"
-    rw.write_text(rw_csv([{"Title": "Same", "Journal": "J", "RetractionDate": "1/2/2020 0:00",
+    rw.write_text(rw_csv([{"Title": "Same (Retraction Watch)", "Journal": "J", "RetractionDate": "1/2/2020 0:00",
                            "RetractionDOI": "10.9999/same", "OriginalPaperDOI": doi, "RetractionNature": "Retraction",
                            "OriginalPaperDate": "1/1/2019 0:00"}]))
     files = {"retraction-watch": str(rw),
-             "crossref": jsonl(tmp_path / "cr.jsonl", {"DOI": doi, "title": ["Same"], "type": "journal-article",
+             "crossref": jsonl(tmp_path / "cr.jsonl", {"DOI": doi, "title": ["Same (Crossref)"], "type": "journal-article",
                                                         "is-referenced-by-count": 3}),
              "openalex": jsonl(tmp_path / "oa.jsonl", {"id": "https://openalex.org/W7000000001",
-                                                        "doi": f"https://doi.org/{doi}", "title": "Same",
+                                                        "doi": f"https://doi.org/{doi}", "title": "Same (OpenAlex)",
                                                         "publication_year": 2019, "cited_by_count": 4})}
     order = [first] + [s for s in files if s != first]
     url = await sample_database(admin_url, "pith_test_same_instant")
@@ -333,7 +334,7 @@ async def test_sources_stamped_with_the_same_instant_all_import(admin_url, tmp_p
                               else ()) for source in order]
         conn = await asyncpg.connect(url)
         try:
-            snapshots = await conn.fetch("SELECT metadata_source FROM work_snapshots AS w JOIN (SELECT DISTINCT "
+            snapshots = await conn.fetch("SELECT metadata_source, title FROM work_snapshots AS w JOIN (SELECT DISTINCT "
                                          "work_id FROM work_snapshots WHERE doi = $1) AS d USING (work_id)", doi)
             receipts = {r[0] for r in await conn.fetch(
                 "SELECT source FROM standing_receipts WHERE work_id IN (SELECT work_id FROM work_snapshots "
@@ -347,8 +348,9 @@ async def test_sources_stamped_with_the_same_instant_all_import(admin_url, tmp_p
         await drop_database(admin_url, url)
     assert len(snapshots) == 1, snapshots  # one description at the instant
     assert receipts == {"retraction_watch", "crossref", "openalex"} and {"crossref", "openalex"} <= measured
-    later = [s for s in summaries[1:] if "another source described the work at" in s]
-    assert later or snapshots[0]["metadata_source"] == "retraction_watch", summaries
+    assert (snapshots[0]["metadata_source"], snapshots[0]["title"]) == ("crossref", "Same (Crossref)"), snapshots
+    after = summaries[order.index("crossref") + 1:]  # each gave way to Crossref's, and says so
+    assert all("1 work descriptions at an instant another source described the work at" in s for s in after), after
 
 
 KEPT = """query($at: DateTime) { works(asOf: $at, first: 10) { nodes { doi title venue year metadataSource } } }"""
