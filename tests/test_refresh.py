@@ -10,6 +10,7 @@ import io
 import json
 import os
 import random
+from datetime import datetime
 from pathlib import Path
 
 import asyncpg
@@ -682,3 +683,29 @@ async def test_a_retraction_watch_title_replaces_what_a_crossref_reference_print
     if rw_at > cr_at:  # what the reference printed, until the row
         (then,) = first[1]
         assert then["title"] == PRINTED and then["metadataSource"] == "crossref_reference", then
+
+
+async def test_a_v1_documents_description_never_gives_way_at_its_instant(admin_url, tmp_path):
+    """A work snapshot a v1 document stated stays as stated when an import describes the work at the same instant,
+    whatever the precedence of the import's source (the bundled record's cited arXiv work, described by Crossref at
+    its snapshot's instant: constructed record in the published layout); the import's description is counted."""
+    from app.ingest.sources import Importer
+
+    doi, at = "10.48550/arxiv.2402.15627", "2026-08-05T02:28:24.338817+00:00"
+    url = await sample_database(admin_url, "pith_test_v1_stays")
+    try:
+        conn = await asyncpg.connect(url)
+        try:
+            query = "SELECT metadata_source, title FROM work_snapshots WHERE doi = $1 AND observed_at = $2"
+            before = await conn.fetch(query, doi, datetime.fromisoformat(at))
+            assert [r["metadata_source"] for r in before] == ["arxiv_reference"], before
+            # (In process: the command line's --observed-at keeps whole seconds, the document's instant has more.)
+            summary = await Importer(conn, "crossref", datetime.fromisoformat(at)).run(
+                [jsonl(tmp_path / "cr.jsonl", {"DOI": doi, "title": ["Another title"]})])
+            said = summary.line()
+            assert await conn.fetch(query, doi, datetime.fromisoformat(at)) == before  # (kept is NULL)
+        finally:
+            await conn.close()
+    finally:
+        await drop_database(admin_url, url)
+    assert "1 work descriptions at an instant another source described the work at" in said, said
