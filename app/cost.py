@@ -31,7 +31,7 @@ from app.limits import ARGUMENTS, argument_default, out_of_range
 from app.timeparse import is_arxiv_id
 from loaders.base import scanned
 from app.limits import (MAX_COST, MAX_IDS, MAX_NEIGHBOURHOOD_PAPERS, MAX_NODES,
-                        MAX_TOTAL_DEPTH, POINT_UNITS)
+                        MAX_TOTAL_DEPTH, MAX_VALIDATION_ERRORS, POINT_UNITS)
 
 # (field name) -> (argument that sizes it, its default)
 LISTS = {"inbound": ("first", 100), "outbound": ("first", 100), "searchPapers": ("first", 10),
@@ -679,7 +679,8 @@ def _validated(schema: Any, document: Any, rules: tuple, hide_suggestions: bool 
         # graphql-core's own rules say what is wrong (Unknown fragment), the others are left out.
         rules, added = tuple(r for r in rules if r.__module__.startswith("graphql.")), ()
     # Strawberry's validate_document, with graphql-core's hide_suggestions.
-    return validate(schema, document, (*rules, *added), hide_suggestions=hide_suggestions)
+    return validate(schema, document, (*rules, *added), hide_suggestions=hide_suggestions,
+                    max_errors=MAX_VALIDATION_ERRORS)
 
 
 def _undefined_fragments(document: Any) -> bool:

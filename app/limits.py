@@ -23,6 +23,9 @@ MAX_TOKENS: Final = 5_000
 # milliseconds (bench/validation.py).
 MAX_FIELDS: Final = 1_000
 MAX_COMPARISONS: Final = 15_000
+# Validation stops at this many errors ("Too many validation errors"): each costs a lookup of its place in the
+# text and a line of the answer, and a document of distinct unknown fields is all errors.
+MAX_VALIDATION_ERRORS: Final = 10
 MAX_IDS: Final = 100  # papers(arxivIds:), nodes(ids:)
 MAX_FIRST: Final = 100  # first / last of every connection
 MAX_CURSOR_LENGTH: Final = 400

@@ -241,7 +241,7 @@ def masked(error: GraphQLError, statement_timeout_ms: int, production: bool = Fa
             from graphql import GraphQLSyntaxError
 
             extensions["code"] = ("GRAPHQL_PARSE_FAILED" if isinstance(error, GraphQLSyntaxError)
-                                  else "BAD_USER_INPUT" if error.message.startswith("Variable '$")
+                                  else "BAD_USER_INPUT" if INPUT_VALUE.match(error.message)
                                   else "GRAPHQL_VALIDATION_FAILED")
         else:
             extensions["code"] = "BAD_REQUEST"
@@ -250,6 +250,15 @@ def masked(error: GraphQLError, statement_timeout_ms: int, production: bool = Fa
         return error
     return GraphQLError(error.message, nodes=error.nodes, source=error.source, positions=error.positions,
                         path=error.path, original_error=error.original_error, extensions=extensions)
+
+
+# A value the client gave that its type cannot read: a variable's value (coercion), or a literal (validation's
+# ValuesOfCorrectTypeRule: a scalar that cannot represent it, an enum, an input object's fields). BAD_USER_INPUT;
+# every other validation error (an unknown field, a variable never used or not defined) is
+# GRAPHQL_VALIDATION_FAILED.
+INPUT_VALUE = re.compile(r"Variable '\$[^']*' (?!is never used|is not defined|of type .* used in position|cannot be "
+                         r"non-input type)|Expected value of type |Field '[^']*' of required type "
+                         r"|Field '[^']*' is not defined by type |[^\n]* cannot represent ")
 
 
 class MaskingPolicy(MaskErrors):

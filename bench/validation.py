@@ -45,7 +45,13 @@ def documents() -> dict[str, str]:
         "3 x paper{3 x inbound{2 x edges{2 x cursor}}}": nested,
         "60 fragments each arxivId title (Relay)": relay,
         "30 aliases, 10 fields each (ordinary)": wide,
+        # every field unknown, each name distinct (what a cache of documents cannot hold): each is an error,
+        # up to MAX_VALIDATION_ERRORS, and the rules that walk the whole operation (variables) walk them all
+        f"{F - 10} distinct unknown fields": "{ d1 " + " ".join(f"f{i:010d}" for i in range(F - 10)) + " }",
+        f"{F - 10} distinct unknown fields and a variable": 'query($v: String) { paper(arxivId: $v) { title } '
+        + " ".join(f"f{i:010d}" for i in range(F - 11)) + " }",
         # the attacks of the table: refused by the shape check before validation
+        "attack: 990 distinct unknown fields (12 kB)": "{ d1 " + " ".join(f"f{i:010d}" for i in range(990)) + " }",
         "attack: 4,989 x a": "{ d1 " + " a" * 4989 + " }",
         "attack: __typename + 550 x paper{title}": "{ __typename " + ' paper(arxivId: "x") { title }' * 550 + " }",
         "attack: 200 fragments each paper{title}": "{ " + " ".join(f"...h{i}" for i in range(200)) + " } "

@@ -62,6 +62,18 @@ async def test_documents_that_would_validate_slowly_are_refused_before_validatio
     assert MAX_FIELDS >= 1000 and MAX_COMPARISONS >= 10_000  # the figures bench/validation.py measured
 
 
+async def test_validation_stops_at_its_error_limit(served):
+    """A document of distinct unknown fields (each an error, none cacheable) is answered with at most
+    MAX_VALIDATION_ERRORS errors and the notice that validation stopped: a short answer, quickly made."""
+    from app.limits import MAX_VALIDATION_ERRORS
+
+    document = "{ d1 " + " ".join(f"f{i:010d}" for i in range(900)) + " }"
+    answer = await served.client.post("/graphql", json={"query": document})
+    errors = answer.json()["errors"]
+    assert len(errors) == MAX_VALIDATION_ERRORS + 1 and "Validation aborted" in errors[-1]["message"], errors[-1]
+    assert len(answer.content) < 5_000 and {e["extensions"]["code"] for e in errors} == {"GRAPHQL_VALIDATION_FAILED"}
+
+
 async def test_every_refused_document_is_charged_and_an_exhausted_client_is_refused_before_parsing(budgeted):
     client = budgeted.client
     first = await client.post("/graphql", json={"query": "{ __typename }"})
