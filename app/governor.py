@@ -49,7 +49,7 @@ from uuid import UUID, uuid4
 import asyncpg
 
 from app.db.pool import connection, governor_pool
-from app.limits import HEAVY_COST, HEAVY_PER_CLIENT, HEAVY_SLOTS, LIGHT_FIRST_SECONDS
+from app.limits import HEAVY_COST, HEAVY_PER_CLIENT, HEAVY_SLOTS, LIGHT_FIRST_SECONDS, READING_SECONDS_PER_REQUEST
 from loaders.system import KEYS, LIVE_KEYS
 
 log = logging.getLogger("pith.governor")
@@ -402,6 +402,14 @@ class Pace:
         self._buckets[client_id] = (tokens, now)
         return max(0.0, -tokens / self.rate) if tokens < 0 else 0.0
 
+    def spend(self, client_id: str, tokens: float) -> None:
+        """Tokens more, for what a request turned out to cost (its reading, Governor.pace_reading): the balance
+        may go below zero, by at most a burst, and the client's next requests wait until it is paid back."""
+        now = self.clock()
+        found = self._buckets.get(client_id)
+        have = self.burst if found is None else min(self.burst, found[0] + (now - found[1]) * self.rate)
+        self._buckets[client_id] = (max(-self.burst, have - tokens), now)
+
     def _forget_full(self, now: float) -> None:
         """Drop the buckets that have filled again (their clients are as if new)."""
         self._buckets = {k: (t, at) for k, (t, at) in self._buckets.items()
@@ -531,6 +539,7 @@ class Governor:
         self.proxy_header = proxy_header.lower().encode("latin-1")
         self.budgets = Budgets(pool)
         self.paces = Pace(requests_per_second) if requests_per_second else None
+        self.reading_seconds = READING_SECONDS_PER_REQUEST
         per_process = max(1, min(heavy_slots, HEAVY_SLOTS))
         self.heavy = asyncio.Semaphore(per_process)
         self.shared = SharedSlots(heavy_locks, max(1, heavy_slots), per_process) if heavy_locks else None
@@ -656,6 +665,14 @@ class Governor:
         if scope is not None:
             scope["pith.paced"] = refused
         return refused
+
+    def pace_reading(self, client: Client, seconds: float) -> None:
+        """A document's reading (parse and validation, measured) taken against the client's pace: a request's
+        token buys READING_SECONDS_PER_REQUEST of it, each such stretch more costs a token more. So a client
+        sending documents that are costly to read (distinct ones, which no cache holds) is paced by the time
+        they take, not only by their number."""
+        if self.paces is not None and seconds > self.reading_seconds:
+            self.paces.spend(client.id, seconds / self.reading_seconds - 1)
 
     def paced_receive(self, client: Client, receive: Any) -> Any:
         """A WebSocket's receive, paced: each message the client sends takes a token of its pace, and past the

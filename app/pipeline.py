@@ -415,6 +415,8 @@ class RequestPipeline(SchemaExtension):
             yield  # Strawberry's own parse, of a document that does not parse
         finally:
             self.front_seconds += time.perf_counter() - started
+        if self.execution_context.graphql_document is None:
+            self.pace_reading()  # (no validation follows)
         if self.execution_context.graphql_document is None or self.refused is not None:
             await self.charge_refused()
 
@@ -440,8 +442,17 @@ class RequestPipeline(SchemaExtension):
                 yield
         finally:
             self.front_seconds += time.perf_counter() - started
+        self.pace_reading()
         if self.execution_context.pre_execution_errors:
             await self.charge_refused()
+
+    def pace_reading(self) -> None:
+        """The document's reading so far (this request's, READING included) taken against the client's pace
+        (Governor.pace_reading), once an operation."""
+        context = self.execution_context.context
+        governor, client = getattr(context, "governor", None), getattr(context, "client", None)
+        if governor is not None and client is not None:
+            governor.pace_reading(client, self.front_seconds + READING.get())
 
     def _validate(self):  # type: ignore[no-untyped-def]
         ctx = self.execution_context

@@ -188,3 +188,25 @@ async def test_readiness_is_paced_and_shared_for_callers_who_are_not_operators(p
     operator = await client.get("/readyz")
     assert operator.status_code == 200 and "pool" in operator.json(), operator.text
     assert len(log.counted) > checks  # checked afresh
+
+
+async def test_a_documents_reading_is_taken_against_the_pace(paced):
+    """A request's token buys a few milliseconds of its document's reading (parse and validation); what a document
+    costs beyond that is taken from the client's pace, so distinct costly documents (no cache holds them) are paced
+    by the time they take. Here a token buys next to nothing: one document spends the whole burst, and the client
+    waits until its rate has paid it back; another client is not touched."""
+    governor = paced.app.state.pith.governor
+    governor.reading_seconds = 1e-9
+    client = paced.client
+
+    def distinct(n: int) -> dict:
+        return {"query": "{ d%d %s }" % (n, " ".join(f"f{n}x{i}" for i in range(50)))}
+
+    first = await client.post("/graphql", json=distinct(1), headers=who(40))
+    assert first.status_code == 200 and "GRAPHQL_VALIDATION_FAILED" in first.text, first.text[:300]
+    assert too_fast(await client.post("/graphql", json=distinct(2), headers=who(40)))
+    assert (await client.post("/graphql", json=LOOKUP, headers=who(41))).status_code == 200  # another client
+    paced.clock.now += BURST / RATE  # the burst's worth: still owed
+    assert too_fast(await client.post("/graphql", json=distinct(3), headers=who(40)))
+    paced.clock.now += 2 / RATE  # paid back, and a token more
+    assert (await client.post("/graphql", json=LOOKUP, headers=who(40))).status_code == 200
