@@ -87,7 +87,7 @@ DEFAULT_ANONYMOUS_POINTS_PER_HOUR: Final = 5_000  # on in production (PITH_ENV=p
 DEFAULT_REQUESTS_PER_SECOND: Final = 20
 # What a request's token of that pace buys of its document's reading (parse and validation): each such stretch
 # more costs a token more (app.governor.Governor.pace_reading).
-READING_SECONDS_PER_REQUEST: Final = 0.005
+READING_SECONDS_PER_REQUEST: Final = 0.001
 # A streamed list (/paper/{id}/inbound.ndjson ...) must be read within the deadline plus a second per this many
 # rows, or it is cut: a reader that stops reading cannot hold its heavy slot and transaction for long.
 LIST_ROWS_PER_SECOND: Final = 1_000

@@ -27,7 +27,7 @@ import pytest_asyncio
 
 from app.governor import create_key
 from app.limits import HEAVY_COST, MEMORY_BOUND_MB
-from bench.governance import flood_websocket
+from bench.governance import distinct_invalid_document, flood_websocket
 from tests.conftest import LiveServer, create_database, drop_database
 from tests.graphs import hub
 
@@ -120,8 +120,8 @@ def documents() -> dict[str, object]:
         "two connections of invalid 10 kB documents": (2, lambda n: {"json": {"query": "{ d1 " + " a" * 4989 + " }"}}),
         "four requests of 19 kB (overlapping fields)": (
             4, lambda n: {"json": {"query": "{ __typename " + ' paper(arxivId: "x") { title }' * 550 + " }"}}),
-        "distinct 12 kB invalid documents": (2, lambda n: {"json": {"query": "{ " + " ".join(
-            f"f{next(counter)}_{j}: nope" for j in range(1000)) + " }"}}),
+        "distinct 12 kB invalid documents": (5, lambda n: {"json": {"query": distinct_invalid_document(
+            next(counter))}}),
         "random Bearer keys": (2, lambda n: {"json": {"query": "{ __typename }"},
                                              "headers": {"authorization": f"Bearer pith_{secrets.token_hex(16)}"}}),
     }
