@@ -109,17 +109,24 @@ class Neighbourhood:
 
 async def _walk(info: Info, root: str, direction: Direction, depth: int, per_paper: int,
                 as_of: datetime, pinned: bool) -> Neighbourhood | None:
+    from loaders.base import Turns
     from loaders.walk import walk
 
     found = await walk(info.context.loaders(as_of), root, DIRECTIONS[direction], depth, per_paper,
                        MAX_NEIGHBOURHOOD_PAPERS)
     if found is None:
         return None
-    return Neighbourhood(
-        papers=[Paper.of(p, as_of, pinned) for p in found.papers.values()],
-        edges=[CitationObservation.of(o, as_of, pinned) for o in found.edges.values()],
-        truncated=found.truncated,
-    )
+    turns = Turns()  # (10,000 papers and 10,000 edges: in stretches, the event loop free between them)
+    papers, edges = [], []
+    for i, p in enumerate(found.papers.values()):
+        papers.append(Paper.of(p, as_of, pinned))
+        if i & 63 == 63:
+            await turns.take()
+    for i, o in enumerate(found.edges.values()):
+        edges.append(CitationObservation.of(o, as_of, pinned))
+        if i & 63 == 63:
+            await turns.take()
+    return Neighbourhood(papers=papers, edges=edges, truncated=found.truncated)
 
 
 DIRECTIONS = {Direction.INBOUND: ("in",), Direction.OUTBOUND: ("out",), Direction.BOTH: ("in", "out")}

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any, Final, Sequence
 from uuid import UUID
 
-from loaders.base import Db, at_param, charge, fetch_at_pairs, scanned
+from loaders.base import Db, Turns, at_param, charge, fetch_at_pairs, scanned
 from loaders.papers import paper_from
 from loaders.rows import (RETRACTING, STANDING_DECIDING, UNRESOLVED, Observation, PaperSnapshot, Resolution,
                           WorkSnapshot, deciding_order_sql, sql_list, stands_sql)
@@ -286,6 +286,18 @@ def pages_from_rows(rows: Sequence[Any], n: int) -> list[list[Observation]]:
     return pages
 
 
+async def pages_in_stretches(rows: Sequence[Any], n: int) -> list[list[Observation]]:
+    """pages_from_rows for a batch of any size: the rows converted in stretches (Turns), the event loop free between
+    them (a neighbourhood's last hop converts 10,000 rows: 80 ms in one piece)."""
+    pages: list[list[Observation]] = [[] for _ in range(n)]
+    turns = Turns()
+    for i, row in enumerate(rows):
+        pages[row["ord"] - 1].append(observation_from(row))
+        if i & 63 == 63:
+            await turns.take()
+    return pages
+
+
 def row_pages(rows: Sequence[Any], n: int) -> list[list[Any]]:
     """The rows of each page, not yet converted (their conversion can wait for the next statement)."""
     pages: list[list[Any]] = [[] for _ in range(n)]
@@ -307,8 +319,8 @@ async def inbound_pages(db: Db, keys: Sequence[PageKey], as_of: datetime, limit:
     Forward: the first `limit` after each key's cursor. Backward: the last `limit` before it, nearest
     first (the caller reverses them into record order).
     """
-    return pages_from_rows(await inbound_page_rows(db, keys, as_of, limit, statuses, backward, of_works),
-                           len(keys))
+    return await pages_in_stretches(await inbound_page_rows(db, keys, as_of, limit, statuses, backward, of_works),
+                                    len(keys))
 
 
 async def inbound_page_rows(db: Db, keys: Sequence[PageKey], as_of: datetime, limit: int,
@@ -333,8 +345,8 @@ async def outbound_pages(db: Db, keys: Sequence[PageKey], as_of: datetime, limit
                          statuses: Sequence[str] | None = None,
                          cites_retracted: bool | None = None, backward: bool = False) -> list[list[Observation]]:
     """Outbound observations of each paper by reference index, then id (backward as for inbound)."""
-    return pages_from_rows(await outbound_page_rows(db, keys, as_of, limit, statuses, cites_retracted, backward),
-                           len(keys))
+    return await pages_in_stretches(
+        await outbound_page_rows(db, keys, as_of, limit, statuses, cites_retracted, backward), len(keys))
 
 
 async def outbound_page_rows(db: Db, keys: Sequence[PageKey], as_of: datetime, limit: int,

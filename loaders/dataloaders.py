@@ -11,7 +11,7 @@ from uuid import UUID
 
 from aiodataloader import DataLoader
 
-from loaders.base import RECORD_BUILD_UNITS, Db, charge
+from loaders.base import RECORD_BUILD_UNITS, Db, Turns, charge
 from loaders.citations import (PageKey, citation_counts, citations_by_year, inbound_pages, observations_at,
                                observations_by_id, outbound_pages)
 from loaders.measurements import measurements_by_paper
@@ -209,26 +209,29 @@ class Loaders:
         limit, statuses, _, backward = group
         pages = await inbound_pages(self.db, [PageKey(k.arxiv_id, k.after) for k in keys], self.as_of, limit, statuses,
                                     backward, of_works)
-        self._prime(pages)
+        await self._prime(pages)
         return pages
 
     async def _outbound(self, group: tuple, keys: list[PageRequest]) -> list[list[Observation]]:
         limit, statuses, cites_retracted, backward = group
         pages = await outbound_pages(self.db, [PageKey(k.arxiv_id, k.after) for k in keys], self.as_of, limit,
                                      statuses, cites_retracted, backward)
-        self._prime(pages)
+        await self._prime(pages)
         return pages
 
     async def _work_inbound(self, group: tuple, keys: list[PageRequest]) -> list[list[Observation]]:
         return await self._inbound(group, keys, of_works=True)
 
-    def _prime(self, pages: list[list[Observation]]) -> None:
-        # Rows carry the citing and cited snapshots: later lookups of those papers cost nothing.
+    async def _prime(self, pages: list[list[Observation]]) -> None:
+        # Rows carry the citing and cited snapshots: later lookups of those papers cost nothing. (In stretches:
+        # a batch may hold 10,000 observations.)
+        turns = Turns()
         for page in pages:
             for o in page:
                 self.paper.prime(o.citing.arxiv_id, o.citing)
                 if o.cited is not None:
                     self.paper.prime(o.cited.arxiv_id, o.cited)
+            await turns.take()
 
     async def _counts(self, group: tuple, keys: list[CountRequest]) -> list[int]:
         direction, statuses, cites_retracted = group

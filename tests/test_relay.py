@@ -121,8 +121,9 @@ async def test_paging_backward_costs_the_same_at_any_offset(graph):
 @pytest.mark.parametrize("arguments", ["first: 3, last: 3", "last: 3, after: $c", "first: 3, before: $c", "last: 0",
                                        "last: 101"])
 async def test_mixed_or_out_of_range_paging_is_refused(graph, arguments):
-    body = await graph.graphql('query($c: String) { paper(arxivId: "%s") { inbound(%s) { totalCount } } }'
-                               % (HUB, arguments), {"c": None})
+    declared = "($c: String)" if "$c" in arguments else ""  # (an unused variable is a validation error)
+    body = await graph.graphql('query%s { paper(arxivId: "%s") { inbound(%s) { totalCount } } }'
+                               % (declared, HUB, arguments), {"c": None} if declared else None)
     if "$c" in arguments:  # a null cursor is no cursor: these are ordinary pages
         assert "errors" not in body, body
         return
