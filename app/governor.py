@@ -49,7 +49,8 @@ from uuid import UUID, uuid4
 import asyncpg
 
 from app.db.pool import connection, governor_pool
-from app.limits import HEAVY_COST, HEAVY_PER_CLIENT, HEAVY_SLOTS, LIGHT_FIRST_SECONDS, READING_SECONDS_PER_REQUEST
+from app.limits import (HEAVY_COST, HEAVY_PER_CLIENT, HEAVY_SLOTS, LIGHT_COST, LIGHT_FIRST_SECONDS,
+                        READING_SECONDS_PER_REQUEST)
 from loaders.system import KEYS, LIVE_KEYS
 
 log = logging.getLogger("pith.governor")
@@ -487,10 +488,12 @@ class Ticket:
 
 
 class LightFirst:
-    """Light work first, within a process: an operation admitted light (priced at most HEAVY_COST, by the
-    pipeline or the prepared fast path) is in flight until it is settled; a heavy operation's turns of the
+    """Light work first, within a process: an operation admitted light (priced at most LIGHT_COST, by the
+    pipeline or the prepared fast path) is in flight until it is settled; any other operation's turns of the
     event loop (its start once admitted, then each of loaders.base.Turns' stretches: app.pipeline) wait
-    while any light one is in flight, at most LIGHT_FIRST_SECONDS a turn. So a lookup waits behind at most
+    while any light one is in flight, at most LIGHT_FIRST_SECONDS a turn: heavy operations (which also take a
+    heavy slot), and those between (a hub's nested page, a record), which four clients looping them made a
+    lookup wait a round of their stretches at each of its steps. So a lookup waits behind at most
     one stretch of heavy work however many heavy operations the process runs, and heavy work still gets
     a share of a loop that is never idle."""
 
@@ -697,10 +700,10 @@ class Governor:
     async def admit(self, client: Client, points: int, units: int) -> Ticket:
         """Charge the budget, then (for heavy work) wait for a slot; RateLimited when over budget."""
         await self.budgets.charge(client, points)
-        ticket = Ticket(client, points, light_first=self.light_first, light=units <= HEAVY_COST)
+        ticket = Ticket(client, points, light_first=self.light_first, light=units <= LIGHT_COST)
         if ticket.light:
             self.light_first.begin()
-        else:
+        if units > HEAVY_COST:
             mine = self._per_client.get(client.id)
             if mine is None:
                 if len(self._per_client) > 10_000:

@@ -64,6 +64,9 @@ HEAD_TIMEOUT_SECONDS: Final = 10.0  # a request's line and headers, from its fir
 BODY_TIMEOUT_SECONDS: Final = 10.0  # its body, from the end of its headers (100 kB at 10 kB/s)
 WORKER_HEALTHCHECK_SECONDS: Final = 30  # a worker silent this long is replaced (longer than any deadline)
 HEAVY_COST: Final = 5_000  # operations priced above this are heavy: they take a heavy slot
+# Operations priced at most this are light: every other one's turns of the event loop wait while a light one is in
+# flight in its process (app.governor.LightFirst). A lookup is priced a few units, a page of 100 a few hundred.
+LIGHT_COST: Final = 500
 HEAVY_PER_CLIENT: Final = 1  # heavy operations one client may run at once (the rest wait their turn)
 HEAVY_SLOTS: Final = 2  # heavy operations at once per process, at most by default (app.settings.heavy_slots_for)
 # Python work one operation does between turns of the event loop (completing a long list, converting

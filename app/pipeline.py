@@ -487,7 +487,7 @@ class RequestPipeline(SchemaExtension):
                 error = refusal(self.price)
             if error is None:
                 ticket, error = await admit(context, self.price)
-            if ticket is not None and not ticket.light:  # heavy: its turns wait for the process's light work
+            if ticket is not None and not ticket.light:  # its turns wait for the process's light work
                 turn = TURN.set(ticket.light_first.turn)
                 await ticket.light_first.turn()
             if error is None:
