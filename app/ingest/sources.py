@@ -384,7 +384,7 @@ class Importer:
     def __init__(self, conn: asyncpg.Connection, source: str, observed_at: datetime, *, partial: bool = False,
                  progress: IO[str] | None = None, only: set[str] | None = None) -> None:
         # only: the citing DOIs whose records alone are read (a snapshot read again for the lists it counted,
-        # reread_counted): an excerpt, so no index counts are taken from it.
+        # take_up_kept): an excerpt, so no index counts are taken from it.
         self.conn, self.source, self.at, self.partial = conn, source, observed_at, partial or only is not None
         self.only = only
         self.name = SOURCE_NAMES[source]

@@ -1,7 +1,7 @@
 -- The files an import read whose reference lists it counted, not kept (skipped_reference_lists), as they were
 -- then (size and modification time, as make and rsync tell a file unchanged). When an arXiv import or a load
 -- then makes one of those DOIs a paper's, it reads the files again at their instant for those DOIs alone, if they
--- are still there as they were (app/ingest/sources.py, reread_counted); otherwise it says which snapshot to import
+-- are still there as they were (app/ingest/sources.py, take_up_kept); otherwise it says which snapshot to import
 -- again. A file read from standard input is not remembered (it cannot be read again).
 CREATE TABLE counted_reference_files (
     source      text NOT NULL,
