@@ -357,6 +357,24 @@ async def test_sources_stamped_with_the_same_instant_all_import(admin_url, tmp_p
 KEPT = """query($at: DateTime) { works(asOf: $at, first: 10) { nodes { doi title venue year metadataSource } } }"""
 
 
+async def work_at_instants(admin_url: str, imports: list[tuple], instants: list[str], doi: str) -> list:
+    """A sample database given these imports (source, file, --observed-at, extra arguments) in this order: the
+    work with this DOI as `works(asOf:)` answers at each instant."""
+    url = await sample_database(admin_url, "pith_test_work_at")
+    try:
+        for source, path, at, extra in imports:
+            imported(url, source, path, at=at, extra=extra)
+        answers = []
+        async for served in serve(url, StatementLog()):
+            for at in instants:
+                body = await served.graphql(KEPT, {"at": at})
+                assert "errors" not in body, body
+                answers.append([w for w in body["data"]["works"]["nodes"] if w["doi"] == doi])
+        return answers
+    finally:
+        await drop_database(admin_url, url)
+
+
 async def test_values_a_description_keeps_are_those_date_order_keeps(admin_url, tmp_path):
     """A source's description keeps what its source does not give (a venue, a year) from the work's latest earlier
     description, whichever source gave it: Retraction Watch's Journal (1 September), kept by OpenAlex's description
@@ -379,20 +397,9 @@ async def test_values_a_description_keeps_are_those_date_order_keeps(admin_url, 
     instants = ["2026-09-15T00:00:00Z", "2026-10-15T00:00:00Z", "2026-11-15T00:00:00Z"]
     found = {}
     for name, order in orders.items():
-        url = await sample_database(admin_url, "pith_test_kept")
-        try:
-            for source in order:
-                at, path = files[source]
-                imported(url, source, path, at=at, extra=("--partial",) if source == "retraction-watch" else ())
-            async for served in serve(url, StatementLog()):
-                answers = []
-                for at in instants:
-                    body = await served.graphql(KEPT, {"at": at})
-                    assert "errors" not in body, body
-                    answers.append([w for w in body["data"]["works"]["nodes"] if w["doi"] == doi])
-                found[name] = answers
-        finally:
-            await drop_database(admin_url, url)
+        found[name] = await work_at_instants(admin_url, [
+            (source, files[source][1], files[source][0], ("--partial",) if source == "retraction-watch" else ())
+            for source in order], instants, doi)
     assert found["date order"] == [
         [{"doi": doi, "title": "Kept", "venue": "Journal of Keeping", "year": None, "metadataSource": "retraction_watch"}],
         [{"doi": doi, "title": "Kept (OpenAlex)", "venue": "Journal of Keeping", "year": 2019,
@@ -661,20 +668,8 @@ async def test_a_retraction_watch_title_replaces_what_a_crossref_reference_print
     instants = ["2026-08-01T00:00:00Z", "2026-09-01T00:00:00Z", "2026-10-01T00:00:00Z", "2026-12-01T00:00:00Z"]
     found = {}
     for order in (("crossref", "retraction-watch"), ("retraction-watch", "crossref")):
-        url = await sample_database(admin_url, "pith_test_printed")
-        try:
-            for source in order:
-                path, at, extra = files[source]
-                imported(url, source, path, at=at, extra=extra)
-            async for served in serve(url, StatementLog()):
-                answers = []
-                for at in instants:
-                    body = await served.graphql(KEPT, {"at": at})
-                    assert "errors" not in body, body
-                    answers.append([w for w in body["data"]["works"]["nodes"] if w["doi"] == cited])
-                found[order] = answers
-        finally:
-            await drop_database(admin_url, url)
+        found[order] = await work_at_instants(admin_url, [(source, *files[source]) for source in order], instants,
+                                              cited)
     first, second = found.values()
     for at, a, b in zip(instants, first, second):
         assert a == b, f"differs at {at}: {a} against {b}"
