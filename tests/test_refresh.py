@@ -485,7 +485,8 @@ async def test_references_given_before_their_arxiv_paper_are_its_outbound_as_dat
             if name.endswith("files changed"):
                 # What the arXiv imports said: the snapshots to import again, which then add them.
                 again = [(s, at, p) for s, at, p in sources
-                         if any(f"{s} gave at {at.replace('Z', '+00:00')}" in x for x in said[name])]
+                         if any(f"{s} gave at {at} for these papers' DOIs were not kept (its file {p}: changed or "
+                                f"gone since)" in x for x in said[name])]
                 assert sorted(s for s, _, _ in again) == ["crossref"] * 2 + ["opencitations"] * 2, said[name]
                 assert not any("read again" in x for x in said[name]), said[name]
                 for source, at, path in again:

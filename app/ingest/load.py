@@ -112,7 +112,7 @@ async def _load_file_once(conn: asyncpg.Connection, path: str, progress: IO[str]
     started = time.monotonic()
     stream, ndjson = _open(path)
     documents = 0
-    waiting: dict[tuple[str, str], int] = {}
+    waiting: dict[tuple[str, str, str], int] = {}
     try:
         async with conn.transaction():
             # A killed client ends its backend (and its locks) within seconds, even mid-statement,

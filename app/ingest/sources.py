@@ -28,7 +28,7 @@ import time
 import uuid
 import zlib
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from email.utils import parsedate_to_datetime
 from typing import IO, Any, Iterator
 
@@ -131,7 +131,7 @@ class Summary:
     still_kept: int = 0  # references kept for its papers, of instants before the papers' first snapshot by then
     # An arXiv import: references counted, not kept, of works whose DOI it names as a paper's, by the snapshot
     # that gave them (source, instant): importing that snapshot again adds them.
-    waiting: dict[tuple[str, str], int] = field(default_factory=dict)
+    waiting: dict[tuple[str, str, str], int] = field(default_factory=dict)  # (source, instant, its files) -> n
     reread: int = 0  # such references added by reading their snapshots' files again (still there as they were)
     seconds: float = 0.0
 
@@ -158,11 +158,20 @@ def reread_line(n: int) -> str:
             if n else "")
 
 
-def waiting_line(waiting: dict[tuple[str, str], int]) -> str:
+def waiting_line(waiting: dict[tuple[str, str, str], int]) -> str:
     """What an arXiv import (or a load) says of the references counted, not kept, for its papers' DOIs."""
     said = sorted(waiting.items(), key=lambda item: (item[0][1], item[0][0]))  # by instant, then source
-    return "".join(f"; {n} references {source} gave at {at} for these papers' DOIs were not kept: import that "
-                   f"snapshot again to add them" for (source, at), n in said)
+    return "".join(f"; {n} references {source} gave at {at} for these papers' DOIs were not kept ({files}): import "
+                   f"that snapshot again to add them" for (source, at, files), n in said)
+
+
+def waiting_key(source: str, at: datetime, files: list[str],
+                why: str = "changed or gone since") -> tuple[str, str, str]:
+    """A snapshot whose counted lists could not be read again: its source, its instant as the command line takes
+    it, and its files (as they were imported) with why."""
+    named = ", ".join(files)
+    return (source, at.astimezone(UTC).isoformat().replace("+00:00", "Z"),
+            f"its file{'s' if len(files) > 1 else ''} {named}: {why}" if files else "read from standard input")
 
 
 class Broken(Exception):
@@ -1062,7 +1071,8 @@ async def lock_kept_references(conn: asyncpg.Connection) -> None:
     await conn.execute("SELECT pg_advisory_xact_lock($1)", KEPT_LOCK)
 
 
-async def kept_for_staged_papers(conn: asyncpg.Connection, waiting: dict[tuple[str, str], int]) -> list[dict[str, Any]]:
+async def kept_for_staged_papers(conn: asyncpg.Connection,
+                                 waiting: dict[tuple[str, str, str], int]) -> list[dict[str, Any]]:
     """Inside an arXiv import or a load, after its merge: what to add once it commits (take_up_kept), for the papers
     (or DOIs) it stages: each source snapshot's references kept for them, and each snapshot whose lists of their
     DOIs were counted, not kept, to be read again from its files for those DOIs (when the files are still there as
@@ -1089,12 +1099,12 @@ async def kept_for_staged_papers(conn: asyncpg.Connection, waiting: dict[tuple[s
         counted.setdefault((row["source"], row["observed_at"]), []).append(row)
     for (source, at), rows in counted.items():
         n = sum(r["n"] for r in rows)
-        paths = await _unchanged_files(conn, [r["imports"] for r in rows])
+        paths, remembered = await _unchanged_files(conn, [r["imports"] for r in rows])
         if paths:
             groups.append({"source": source, "observed_at": at, "citing": [], "paths": paths,
                            "dois": {r["doi"] for r in rows}, "n": n})
         else:
-            waiting[(source, at.isoformat())] = n
+            waiting[waiting_key(source, at, remembered)] = n
     groups.extend({"source": r["source"], "observed_at": r["observed_at"], "citing": r["citing"], "paths": None}
                   for r in await conn.fetch(
         "SELECT source, observed_at, array_agg(DISTINCT citing) AS citing FROM kept_references "
@@ -1113,9 +1123,10 @@ def file_identity(path: str) -> tuple[str, int, int] | None:
     return os.path.abspath(path), st.st_size, st.st_mtime_ns
 
 
-async def _unchanged_files(conn: asyncpg.Connection, imports: list[list[Any]]) -> list[str] | None:
+async def _unchanged_files(conn: asyncpg.Connection, imports: list[list[Any]]) -> tuple[list[str] | None, list[str]]:
     """The files to read again for counted lists (each given as the imports that counted it): for each list, those
-    of an import of it whose files are all still there as they were then; None when a list has no such import."""
+    of an import of it whose files are all still there as they were then (None when a list has no such import);
+    and every file those imports read."""
     files: dict[Any, list[Any]] = {}
     for r in await conn.fetch("SELECT import_id, path, size, mtime_ns FROM counted_reference_files "
                               "WHERE import_id = any($1::uuid[]) ORDER BY import_id, position",
@@ -1126,13 +1137,14 @@ async def _unchanged_files(conn: asyncpg.Connection, imports: list[list[Any]]) -
         return file_identity(f["path"]) == (f["path"], f["size"], f["mtime_ns"])
 
     usable = {i for i, fs in files.items() if all(unchanged(f) for f in fs)}
+    remembered = sorted({f["path"] for fs in files.values() for f in fs})
     paths: list[str] = []
     for ids in imports:
         chosen = sorted(i for i in ids if i in usable)
         if not chosen:
-            return None
+            return None, remembered
         paths.extend(f["path"] for f in files[chosen[0]] if f["path"] not in paths)
-    return paths
+    return paths, remembered
 
 
 @dataclass
@@ -1145,7 +1157,7 @@ class TakenUp:
 
 
 async def take_up_kept(conn: asyncpg.Connection, groups: list[dict[str, Any]],
-                       waiting: dict[tuple[str, str], int]) -> TakenUp:
+                       waiting: dict[tuple[str, str, str], int]) -> TakenUp:
     """After the arXiv import (or load) committed: each source's snapshot whose references waited for its papers, in
     its own transaction and at its own instant, through the import's own path: the references kept, and the lists
     counted, read again from the snapshot's files for the papers' DOIs alone (a failure there leaves them kept, or
@@ -1157,8 +1169,9 @@ async def take_up_kept(conn: asyncpg.Connection, groups: list[dict[str, Any]],
         if group["paths"]:
             try:
                 summary = await later.run(group["paths"])
-            except (ImportRejected, OSError):
-                waiting[(group["source"], group["observed_at"].isoformat())] = group["n"]
+            except (ImportRejected, OSError) as exc:
+                waiting[waiting_key(group["source"], group["observed_at"], group["paths"],
+                                    f"could not be read again ({exc})")] = group["n"]
                 continue
             done.reread += group["n"]
         else:
