@@ -109,24 +109,18 @@ class Neighbourhood:
 
 async def _walk(info: Info, root: str, direction: Direction, depth: int, per_paper: int,
                 as_of: datetime, pinned: bool) -> Neighbourhood | None:
-    from loaders.base import Turns
+    from loaders.base import in_stretches
     from loaders.walk import walk
 
     found = await walk(info.context.loaders(as_of), root, DIRECTIONS[direction], depth, per_paper,
                        MAX_NEIGHBOURHOOD_PAPERS)
     if found is None:
         return None
-    turns = Turns()  # (10,000 papers and 10,000 edges: in stretches, the event loop free between them)
-    papers, edges = [], []
-    for i, p in enumerate(found.papers.values()):
-        papers.append(Paper.of(p, as_of, pinned))
-        if i & 63 == 63:
-            await turns.take()
-    for i, o in enumerate(found.edges.values()):
-        edges.append(CitationObservation.of(o, as_of, pinned))
-        if i & 63 == 63:
-            await turns.take()
-    return Neighbourhood(papers=papers, edges=edges, truncated=found.truncated)
+    # (10,000 papers and 10,000 edges: in stretches, the event loop free between them)
+    return Neighbourhood(papers=await in_stretches(found.papers.values(), lambda p: Paper.of(p, as_of, pinned)),
+                         edges=await in_stretches(found.edges.values(),
+                                                  lambda o: CitationObservation.of(o, as_of, pinned)),
+                         truncated=found.truncated)
 
 
 DIRECTIONS = {Direction.INBOUND: ("in",), Direction.OUTBOUND: ("out",), Direction.BOTH: ("in", "out")}
@@ -264,7 +258,7 @@ class Query:
     ) -> RecordDiff | None:
         from app import record
         from app.jsonpatch import diff
-        from loaders.base import Turns, charge
+        from loaders.base import charge, in_stretches
         from loaders.changes import record_changes
 
         if to < from_:
@@ -287,11 +281,7 @@ class Query:
                                        [k.value for k in kinds] if kinds is not None else None)
         # The changes statement scans every observation of the paper (and their facts), whatever it returns.
         charge(context.session, 2 * (after.counts.inbound + after.counts.outbound))
-        built = []
-        turns = Turns()  # other requests get the event loop between stretches
-        for change in changes[:max_changes]:
-            await turns.take()
-            built.append(RecordChange.of(change, to))
+        built = await in_stretches(changes[:max_changes], lambda change: RecordChange.of(change, to))
         return RecordDiff(from_=from_, to=to, from_context_digest=old["context_digest"] if old else None,
                           to_context_digest=new["context_digest"], patch=patch, changes=built,
                           changes_truncated=len(changes) > max_changes)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from contextvars import ContextVar
-from typing import Any, Awaitable, Callable, Protocol, Sequence
+from typing import Any, Awaitable, Callable, Iterable, Protocol, Sequence, TypeVar
 
 from app.limits import STRETCH_SECONDS
 
@@ -53,6 +53,21 @@ class Turns:
             if wait is not None:
                 await wait()
             self.since = time.perf_counter()
+
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+async def in_stretches(items: Iterable[T], convert: Callable[[T], R]) -> list[R]:
+    """`[convert(item) for item in items]` for thousands of items: in stretches (Turns), the event loop given to the
+    process's other requests between them."""
+    turns = Turns()
+    out = []
+    for item in items:
+        await turns.take()
+        out.append(convert(item))
+    return out
 
 
 def scanned(rows: int) -> int:

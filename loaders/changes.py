@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, Sequence
 
-from loaders.base import Db, Turns
+from loaders.base import Db, in_stretches
 from loaders.citations import _DETAIL_COLUMNS, detail_joins, observation_from
 from loaders.rows import UNRESOLVED, Observation
 
@@ -158,10 +158,6 @@ async def record_changes(db: Db, arxiv_id: str, after: datetime, until: datetime
     """The first `limit` changes (all when None) of these kinds (all when None), oldest first."""
     rows: Sequence[Any] = await db.fetch(CHANGES, arxiv_id, after, until, limit,
                                          list(kinds) if kinds is not None else None)
-    changes = []
-    turns = Turns()  # thousands of rows: other requests get the event loop between stretches
-    for r in rows:
-        await turns.take()
-        changes.append(Change(r["kind"], r["at"], observation_from(r) if r["observation_id"] is not None else None,
-                              _json(r["event"]), _json(r["measurement"]), _json(r["previous"]), _json(r["current"])))
-    return changes
+    return await in_stretches(rows, lambda r: Change(  # thousands of rows
+        r["kind"], r["at"], observation_from(r) if r["observation_id"] is not None else None, _json(r["event"]),
+        _json(r["measurement"]), _json(r["previous"]), _json(r["current"])))
