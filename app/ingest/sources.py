@@ -886,12 +886,12 @@ class Importer:
         # every snapshot for `lower(doi) = any($1)` (a batch of 5,000 DOIs: 0.8 s against 0.2 s).
         rows = await self.conn.fetch(
             "SELECT DISTINCT ON (w.work_id) d.doi, w.work_id, "
-            "w.observed_at < $2 OR w.observed_at = $2 AND (w.metadata_source = $3 "
-            "OR $3 = 'crossref' AND w.metadata_source = 'crossref_reference') AS then_known, "
+            "w.observed_at < $2 OR w.observed_at = $2 AND w.metadata_source = any($3::text[]) AS then_known, "
             "w.arxiv_id, w.pith_arxiv_id, w.title, w.venue, w.year, w.metadata_source "
             "FROM unnest($1::text[]) AS d(doi) CROSS JOIN LATERAL (SELECT * FROM work_snapshots AS x "
             "WHERE lower(x.doi) = d.doi AND x.doi IS NOT NULL OFFSET 0) AS w "
-            "ORDER BY w.work_id, 3 DESC, w.observed_at DESC", dois, self.at, self.name)
+            "ORDER BY w.work_id, 3 DESC, w.observed_at DESC", dois, self.at,
+            [self.name, CROSSREF_REFERENCE] if self.source == "crossref" else [self.name])  # (its own descriptions)
         found: dict[str, list[tuple[uuid.UUID, Any]]] = {}
         for row in rows:
             found.setdefault(row["doi"], []).append((row["work_id"], row if row["then_known"] else None))
