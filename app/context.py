@@ -9,7 +9,7 @@ from typing import Any
 
 from app.db.pool import Session
 from app.timeparse import BadInput, answered_as_of, is_pinned, now_as_of
-from loaders.dataloaders import AcrossInstants, Loaders
+from loaders.dataloaders import AcrossInstants, Loaders, let_go
 
 
 @dataclass
@@ -60,9 +60,9 @@ class Context:
 
     def renew(self, session: Session) -> None:
         """A fresh session and instant: a subscription resolves each event as of when it is sent."""
+        self.release()
         self.session = session
         self.now = now_as_of()
-        self._loaders = {}
         self.restart_deadline()
 
     def instant(self, as_of: object | None) -> datetime:
@@ -78,6 +78,12 @@ class Context:
     def pinned(self, at: datetime) -> bool:
         """Whether an answer as of `at` is fixed (its ids name `at`): app.timeparse.is_pinned."""
         return is_pinned(at, self.now)
+
+    def release(self) -> None:
+        """The operation is over: its loaders go now and what they held in stretches (Loaders.release), not
+        at the collector's next walk of the older generations."""
+        let_go([cache for loaders in self._loaders.values() for cache in loaders.release()])
+        self._loaders = {}
 
     def loaders(self, as_of: datetime) -> Loaders:
         found = self._loaders.get(as_of)

@@ -344,6 +344,9 @@ class OperationSession(SchemaExtension):
         try:
             yield
         finally:
+            release = getattr(ctx.context, "release", None)
+            if release is not None:
+                release()
             if opened is not None:
                 # Closing waits for a cancelled statement to end in PostgreSQL and rolls back; past
                 # SESSION_CLOSE_GRACE the answer goes without waiting (the close goes on in a task of its

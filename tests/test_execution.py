@@ -134,3 +134,30 @@ async def test_a_compiled_query_is_one_statement_without_a_transaction(graph):
     assert body["data"]["paper"]["inbound"]["totalCount"] == 250
     assert not [q for q in graph.statements.queries if q.strip().upper().startswith(TRANSACTION_CONTROL)]
     assert len(graph.statements.counted) == 1 and body["extensions"]["cost"]["statements"] == 1
+
+
+async def test_what_an_operation_loaded_is_freed_when_it_ends_without_the_collector(graph):
+    """An operation's loaders are let go when it ends: their rows are freed by reference counting (in stretches,
+    loaders.dataloaders.let_go), not left in a reference cycle (a loader's batch function is a method of the
+    object holding the loader) for a collection of the older generations to walk: at 10,000 papers such a
+    collection walked 400,000 objects for 300-470 ms with the event loop stopped."""
+    import asyncio
+    import gc
+
+    from loaders.rows import Observation, PaperSnapshot
+
+    def alive() -> int:
+        return sum(isinstance(o, (PaperSnapshot, Observation)) for o in gc.get_objects())
+
+    gc.collect()
+    gc.disable()
+    try:
+        before = alive()
+        body = await graph.graphql('{ paper(arxivId: "%s") { inbound(first: 100) { edges { node { citingPaper { '
+                                   'title outbound(first: 5) { edges { node { observationId } } } } } } } } }' % HUB)
+        assert len(body["data"]["paper"]["inbound"]["edges"]) == 100
+        for _ in range(50):  # the rows go in stretches, in a task of their own
+            await asyncio.sleep(0.01)
+        assert alive() <= before, "rows of the operation left for the collector"
+    finally:
+        gc.enable()

@@ -348,7 +348,7 @@ retracted, with the source and time of every fact. Every record is a canonical, 
         from starlette.responses import StreamingResponse
 
         from app import export
-        from loaders.dataloaders import Loaders
+        from loaders.dataloaders import Loaders, let_go
         from loaders.walk import walk
 
         format = request.path_params["format"]
@@ -357,13 +357,14 @@ retracted, with the source and time of every fact. Every record is a canonical, 
                            "neighbourhood.ndjson")
         arxiv_id, directions, depth, per_paper, as_of, pinned = _walk_arguments(request)
         session = app.session()
+        loaders = Loaders(session, as_of)
         try:
-            loaders = Loaders(session, as_of)
             found = await walk(loaders, arxiv_id, directions, depth, per_paper, MAX_NEIGHBOURHOOD_PAPERS)
             works = list(dict.fromkeys(o.work.work_id for o in (found.edges.values() if found else ())
                                        if o.work is not None))
             standing = dict(zip(works, await loaders.standing.load_many(works))) if works else {}
         finally:
+            let_go(loaders.release())  # the walk keeps what it found; the loaders' cycle goes now
             await session.close()
         if found is None:
             raise NotFound(f"no paper {arxiv_id} is known as of {record.as_of_text(as_of)}")
