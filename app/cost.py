@@ -7,6 +7,9 @@ MAX_NODES is refused before execution, and every response reports its cost in `e
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextlib
 import time
 from collections import OrderedDict
 from contextvars import ContextVar
@@ -31,7 +34,7 @@ from app.limits import ARGUMENTS, argument_default, out_of_range
 from app.timeparse import is_arxiv_id
 from loaders.base import scanned
 from app.limits import (MAX_COST, MAX_IDS, MAX_NEIGHBOURHOOD_PAPERS, MAX_NODES,
-                        MAX_TOTAL_DEPTH, MAX_VALIDATION_ERRORS, POINT_UNITS)
+                        MAX_TOTAL_DEPTH, MAX_VALIDATION_ERRORS, OFF_LOOP_CHARS, POINT_UNITS)
 
 # (field name) -> (argument that sizes it, its default)
 LISTS = {"inbound": ("first", 100), "outbound": ("first", 100), "searchPapers": ("first", 10),
@@ -587,29 +590,42 @@ _evicted: list[Callable[[Any], None]] = []  # told of each document that leaves 
 READING: ContextVar[float] = ContextVar("reading", default=0.0)
 
 
-def _parsed(query: str, max_tokens: int) -> Any:
+def _read_text(query: str, max_tokens: int) -> tuple[Any, float]:
+    """A text read: its document, the refusal its text alone earns (app.shape.TextRefused) or the parser's
+    error, and the seconds it took. Touches no shared state: a thread may run it (read_off_loop)."""
+    from graphql import parse
+
+    from app.shape import lexical_problem
+
+    started = time.perf_counter()
+    try:
+        # What the text alone refuses, before the parser's dearer pass: kept as its refusal (the text's
+        # size, not a tree's), so a client repeating it is refused from memory.
+        found: Any = lexical_problem(query, max_tokens) or parse(query, max_tokens=max_tokens)
+    except GraphQLError as exc:
+        found = exc
+    return found, time.perf_counter() - started
+
+
+def _parsed(query: str, max_tokens: int, read: tuple[Any, float] | None = None) -> Any:
     """The parsed document of a text (the same object for the same text while it is cached). Raises the
-    parser's GraphQLError, or app.shape.TextRefused for what the text alone refuses (not parsed at all)."""
+    parser's GraphQLError, or app.shape.TextRefused for what the text alone refuses (not parsed at all).
+    `read`: the text already read (_read_text, in read_off_loop's thread)."""
     global _documents_bytes
     key = (query, max_tokens)
     found = _documents.get(key)
-    from app.shape import TextRefused, lexical_problem
+    from app.shape import TextRefused
 
     if found is not None:
         _documents.move_to_end(key)
         if isinstance(found[0], TextRefused):
             raise found[0].copy()
         return found[0]
-    from graphql import parse
-
-    started = time.perf_counter()
-    try:
-        # What the text alone refuses, before the parser's dearer pass: kept as its refusal (the text's
-        # size, not a tree's), so a client repeating it is refused from memory.
-        refused = lexical_problem(query, max_tokens)
-        document: Any = refused or parse(query, max_tokens=max_tokens)
-    finally:
-        READING.set(READING.get() + time.perf_counter() - started)
+    document, seconds = read or _read_text(query, max_tokens)
+    READING.set(READING.get() + seconds)
+    refused = document if isinstance(document, TextRefused) else None
+    if refused is None and isinstance(document, GraphQLError):
+        raise document  # a syntax error: not kept (the parser stops at it; Strawberry's own parse reports it)
     weight = 1_000 + (2 if refused else DOCUMENT_BYTES_PER_CHAR) * len(query)
     if weight > DOCUMENT_CACHE_BYTES // 8:
         if refused is not None:
@@ -625,6 +641,63 @@ def _parsed(query: str, max_tokens: int) -> Any:
     if refused is not None:
         raise refused.copy()
     return document
+
+
+# Reading a long document not seen before (parsing it, checking its shape, validating it: pure Python, ~30 ms for
+# a 12 kB one of a thousand fields) is done in a thread of the process's own, one document at a time, so the
+# event loop goes on serving other requests meanwhile: in one piece on the loop, each such document held every
+# request of the process (a light client's lookups waited up to 70 ms behind a flood of distinct ones). Short
+# documents (almost every request) and those already in the caches are read on the loop, which is cheaper.
+_READER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="pith-reader")
+READ_IN_THREAD = [0]  # parses and validations done in the reader thread (tests read it)
+
+
+def read_in_thread(query: str | None) -> bool:
+    """Whether a document's reading goes to the reader thread (its text long: OFF_LOOP_CHARS)."""
+    return query is not None and len(query) >= OFF_LOOP_CHARS
+
+
+async def read_off_loop(query: str, max_tokens: int) -> None:
+    """Put a long text's document in the parse cache, read in the reader thread (its seconds charged to the
+    request's READING as any reading is); the caller's _parsed then finds it. A no-op for a short text or one
+    already kept."""
+    if not read_in_thread(query) or (query, max_tokens) in _documents:
+        return
+    read = await asyncio.get_running_loop().run_in_executor(_READER, _read_text, query, max_tokens)
+    READ_IN_THREAD[0] += 1
+    with contextlib.suppress(GraphQLError):
+        _parsed(query, max_tokens, read)
+
+
+async def validated_off_loop(query: str | None, schema: Any, document: Any, rules: tuple,
+                             hide_suggestions: bool) -> tuple[list[GraphQLError], float] | None:
+    """A long document's errors (checked), found in the reader thread, with the seconds that took there; None
+    when finding them is the loop's to do (a short text, or a validation already kept)."""
+    if not read_in_thread(query) or _validated.known(schema, document, rules, hide_suggestions):
+        return None
+
+    def timed() -> tuple[GraphQLError | None, list[GraphQLError] | None, float]:
+        started = time.perf_counter()
+        problem = _shape.__wrapped__(schema, document)
+        errors = None if problem is not None else _validated.__wrapped__(schema, document, rules, hide_suggestions)
+        return problem, errors, time.perf_counter() - started
+
+    problem, errors, seconds = await asyncio.get_running_loop().run_in_executor(_READER, timed)
+    READ_IN_THREAD[0] += 1
+    _shape.keep(problem, schema, document)
+    if errors is None:
+        return [problem], seconds  # type: ignore[list-item]
+    _validated.keep(errors, schema, document, rules, hide_suggestions)
+    return errors, seconds
+
+
+def checked(schema: Any, document: Any, rules: tuple, hide_suggestions: bool) -> list[GraphQLError]:
+    """What the server refuses in a parsed document: its shape (app.shape, a linear pass refusing what would make
+    validation slow), else graphql-core's validation with `rules` (both kept by document)."""
+    problem = _shape(schema, document)
+    if problem is not None:
+        return [problem]
+    return _validated(schema, document, rules, hide_suggestions)
 
 
 def document_cache_bytes() -> int:
@@ -661,8 +734,30 @@ def by_identity(fn: Any) -> Any:
         keys_of.setdefault(id(document), []).append(key)
         return value
 
+    def known(schema: Any, document: Any, *rest: Any) -> bool:
+        found = cache.get((id(schema), id(document), rest))
+        return found is not None and found[0] is schema and found[1] is document
+
+    def keep(value: Any, schema: Any, document: Any, *rest: Any) -> None:
+        """Keep a value computed elsewhere (the reader thread) as if `cached` had computed it."""
+        key = (id(schema), id(document), rest)
+        if len(cache) >= 1024:
+            cache.clear()
+            keys_of.clear()
+        cache[key] = (schema, document, value)
+        keys_of.setdefault(id(document), []).append(key)
+
     cached.__wrapped__ = fn  # type: ignore[attr-defined]
+    cached.known = known  # type: ignore[attr-defined]
+    cached.keep = keep  # type: ignore[attr-defined]
     return cached
+
+
+@by_identity
+def _shape(schema: Any, document: Any) -> GraphQLError | None:
+    from app.shape import shape_problem
+
+    return shape_problem(document)
 
 
 @by_identity

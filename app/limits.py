@@ -26,6 +26,9 @@ MAX_COMPARISONS: Final = 15_000
 # Validation stops at this many errors ("Too many validation errors"): each costs a lookup of its place in the
 # text and a line of the answer, and a document of distinct unknown fields is all errors.
 MAX_VALIDATION_ERRORS: Final = 10
+# A document this long or longer, not in the caches, is parsed and validated in a thread of the process's own
+# (app.cost.read_off_loop), not on the event loop: ~1 ms of reading at the shortest, 30 ms for 12 kB.
+OFF_LOOP_CHARS: Final = 2_000
 MAX_IDS: Final = 100  # papers(arxivIds:), nodes(ids:)
 MAX_FIRST: Final = 100  # first / last of every connection
 MAX_CURSOR_LENGTH: Final = 400

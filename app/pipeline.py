@@ -18,8 +18,8 @@ from strawberry.extensions import MaskErrors, SchemaExtension
 from strawberry.types import ExecutionResult
 
 from app.db.pool import DeadlinePassed, StatementTimeout
-from app.cost import (READING, DataScale, PaperSize, Price, _parsed, _plan, _validated, actual_units, by_identity,
-                      operation_price, paper_sizes, priced_papers, refusal)
+from app.cost import (READING, DataScale, PaperSize, Price, _parsed, _plan, actual_units, checked,
+                      operation_price, paper_sizes, priced_papers, read_off_loop, refusal, validated_off_loop)
 from app.errors import OperationError, deadline_error
 from app.governor import RateLimited, Ticket, TooFast
 from app.limits import MAX_COST, MAX_NODES, RETRY_AFTER_SECONDS
@@ -311,13 +311,6 @@ def report(operation: str | None, codes: list[str | None], statements: int, unit
     note(operation=operation or "anonymous", outcome=outcome, cost=units, points=points, statements=statements)
 
 
-@by_identity
-def _shape(schema: Any, document: Any) -> GraphQLError | None:
-    from app.shape import shape_problem
-
-    return shape_problem(document)
-
-
 SESSION_CLOSE_GRACE = 0.5  # seconds an answer waits for its session's close
 
 
@@ -412,6 +405,9 @@ class RequestPipeline(SchemaExtension):
         return int(self.front_seconds / WORK_UNIT_SECONDS)
 
     async def on_parse(self):  # type: ignore[override]
+        ctx = self.execution_context
+        if ctx.graphql_document is None and ctx.query:
+            await read_off_loop(ctx.query, self.max_tokens)  # a long text: in the reader thread
         self._parse()  # its time counted in READING, with any other reading of this request's document
         started = time.perf_counter()
         try:
@@ -439,14 +435,25 @@ class RequestPipeline(SchemaExtension):
                 pass
 
     async def on_validate(self):  # type: ignore[override]
-        started = time.perf_counter()
-        try:
-            for _ in self._validate():
-                yield
-        finally:
-            self.front_seconds += time.perf_counter() - started
+        ctx = self.execution_context
+        if self.refused is not None:
+            ctx.pre_execution_errors = [self.refused]
+        elif ctx.pre_execution_errors is None and ctx.graphql_document is not None:
+            rules = (ctx.schema._schema, ctx.graphql_document, tuple(ctx.validation_rules),
+                     ctx.schema.config.disable_field_suggestions)
+            found = await validated_off_loop(ctx.query, *rules)  # a long text: in the reader thread
+            if found is not None:
+                ctx.pre_execution_errors, seconds = found
+                self.front_seconds += seconds
+            else:
+                started = time.perf_counter()
+                try:
+                    ctx.pre_execution_errors = checked(*rules)
+                finally:
+                    self.front_seconds += time.perf_counter() - started
+        yield
         self.pace_reading()
-        if self.execution_context.pre_execution_errors:
+        if ctx.pre_execution_errors:
             await self.charge_refused()
 
     def pace_reading(self) -> None:
@@ -456,20 +463,6 @@ class RequestPipeline(SchemaExtension):
         governor, client = getattr(context, "governor", None), getattr(context, "client", None)
         if governor is not None and client is not None:
             governor.pace_reading(client, self.front_seconds + READING.get())
-
-    def _validate(self):  # type: ignore[no-untyped-def]
-        ctx = self.execution_context
-        if self.refused is not None:
-            ctx.pre_execution_errors = [self.refused]
-        elif ctx.pre_execution_errors is None and ctx.graphql_document is not None:
-            problem = _shape(ctx.schema._schema, ctx.graphql_document)
-            if problem is not None:  # refused before validation, whose cost it would set
-                ctx.pre_execution_errors = [problem]
-                yield
-                return
-            ctx.pre_execution_errors = _validated(ctx.schema._schema, ctx.graphql_document, tuple(ctx.validation_rules),
-                                                  ctx.schema.config.disable_field_suggestions)
-        yield
 
     async def on_execute(self):  # type: ignore[override]
         ctx = self.execution_context

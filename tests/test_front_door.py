@@ -74,6 +74,35 @@ async def test_validation_stops_at_its_error_limit(served):
     assert len(answer.content) < 5_000 and {e["extensions"]["code"] for e in errors} == {"GRAPHQL_VALIDATION_FAILED"}
 
 
+async def test_a_long_document_not_seen_before_is_read_in_the_reader_thread(served):
+    """A long text (OFF_LOOP_CHARS or more) not in the caches is parsed and validated in the process's reader
+    thread, not on the event loop (a 12 kB document of a thousand fields takes ~30 ms of pure Python), with the
+    same answer as on the loop; a short one, or one read before, is read on the loop."""
+    from app.cost import READ_IN_THREAD
+    from app.limits import OFF_LOOP_CHARS
+
+    def unknown(n: int, fields: int) -> str:
+        return "{ d%d %s }" % (n, " ".join(f"g{n}x{i:06d}" for i in range(fields)))
+
+    long, short = unknown(1, 400), unknown(2, 5)
+    assert len(long) >= OFF_LOOP_CHARS > len(short)
+    answers = []
+    for document, read_there in ((long, 2), (long, 0), (short, 0)):  # the text's parse and its validation
+        before = READ_IN_THREAD[0]
+        answer = await served.client.post("/graphql", json={"query": document})
+        assert READ_IN_THREAD[0] - before == read_there, document[:40]
+        answers.append(answer.json()["errors"])
+    assert [e["message"] for e in answers[0]] == [e["message"] for e in answers[1]]
+    assert answers[0][0]["message"].startswith("Cannot query field 'd1' on type 'Query'")
+    assert answers[2][0]["message"].startswith("Cannot query field 'd2' on type 'Query'")
+    # A long text over a limit its text shows (aliases) is refused by the reader thread's reading of it.
+    wide = "{ " + " ".join(f"a{i}: __typename" for i in range(200)) + " }"
+    before = READ_IN_THREAD[0]
+    answer = await served.client.post("/graphql", json={"query": wide})
+    assert READ_IN_THREAD[0] - before == 1
+    assert [e["extensions"]["code"] for e in answer.json()["errors"]] == ["QUERY_TOO_COMPLEX"]
+
+
 async def test_every_refused_document_is_charged_and_an_exhausted_client_is_refused_before_parsing(budgeted):
     client = budgeted.client
     first = await client.post("/graphql", json={"query": "{ __typename }"})

@@ -34,7 +34,9 @@ from app import http
 from app.context import Context
 from app.db.pool import governor_pool
 from app.governor import Unauthenticated, rate_limit_headers
-from app.limits import MAX_BODY_BYTES, MAX_QUERY_STRING_BYTES, MAX_SUBSCRIPTIONS_PER_CONNECTION, MAX_VARIABLES_BYTES
+from app.cost import read_off_loop
+from app.limits import (MAX_BODY_BYTES, MAX_QUERY_STRING_BYTES, MAX_SUBSCRIPTIONS_PER_CONNECTION, MAX_TOKENS,
+                        MAX_VARIABLES_BYTES)
 from app.live import StoppableSocket
 from app.persisted import PersistedQueryError, requested_hash
 from app.pipeline import outcome_status, over_budget
@@ -255,6 +257,8 @@ class GraphQLView(StrawberryGraphQL[Context, None]):
                                                    "application/json; say one of them in Accept", "NOT_ACCEPTABLE"))
         try:
             params = http.GraphQLParams.of(body, MAX_VARIABLES_BYTES)
+            if params.query:  # a long text not seen before is read in the reader thread, not on the event loop
+                await read_off_loop(params.query, MAX_TOKENS)
             if streams is None:  # the Accept allows JSON and a stream: subscriptions stream, the rest is JSON
                 streams = http.is_subscription(params.query, params.operation_name)
             transport = self._get_stream_transport_from_headers(request.headers) if streams else None
@@ -275,6 +279,7 @@ class GraphQLView(StrawberryGraphQL[Context, None]):
             status = exc.status if exc.status != 200 or media != http.GRAPHQL_RESPONSE else 400
             raise Answer(http.graphql_response({"errors": [http.error_entry(exc.message, exc.code)]}, status,
                                                media)) from None
+        await read_off_loop(query, MAX_TOKENS)
         problem = http.operation_problem(query, params.operation_name)  # its parse charged with the operation
         if problem is not None:
             raise Answer(http.resolution_failure(problem, media))
