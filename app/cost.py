@@ -769,6 +769,11 @@ def _validated(schema: Any, document: Any, rules: tuple, hide_suggestions: bool 
     from strawberry.schema.validation_rules.one_of import OneOfInputValidationRule
 
     added: tuple = (MaybeNullValidationRule, OneOfInputValidationRule)
+    if not _uses_variables(document):
+        # The rules about variables say nothing of a document without any, and the first two walk the whole
+        # operation for its variables' uses before any other rule has said a word: most of the validation of
+        # a thousand fields (13 of 18 ms), all of it for a document of unknown fields.
+        rules = tuple(r for r in rules if r not in _VARIABLE_RULES)
     if _undefined_fragments(document):
         # Strawberry's depth limiter follows every spread to its definition (a KeyError for one that has none):
         # graphql-core's own rules say what is wrong (Unknown fragment), the others are left out.
@@ -776,6 +781,31 @@ def _validated(schema: Any, document: Any, rules: tuple, hide_suggestions: bool 
     # Strawberry's validate_document, with graphql-core's hide_suggestions.
     return validate(schema, document, (*rules, *added), hide_suggestions=hide_suggestions,
                     max_errors=MAX_VALIDATION_ERRORS)
+
+
+def _variable_rules() -> tuple:
+    from graphql.validation import (NoUndefinedVariablesRule, NoUnusedVariablesRule,
+                                    VariablesInAllowedPositionRule)
+
+    return (NoUndefinedVariablesRule, NoUnusedVariablesRule, VariablesInAllowedPositionRule)
+
+
+_VARIABLE_RULES = _variable_rules()
+
+
+def _uses_variables(document: Any) -> bool:
+    """Whether the document defines or uses a variable: a `$` among its tokens (read from the parser's token
+    list, without a walk of the tree; a document without locations is taken to use them)."""
+    from graphql.language import TokenKind
+
+    token = document.loc.start_token if document.loc is not None else None
+    if token is None:
+        return True
+    while token is not None:
+        if token.kind is TokenKind.DOLLAR:
+            return True
+        token = token.next
+    return False
 
 
 def _undefined_fragments(document: Any) -> bool:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import json
 import os
 import statistics
@@ -38,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 from app.limits import MEMORY_BOUND_MB  # noqa: E402
 from bench.calibrate import DIFF, RESULTS, graph_arguments, graph_database  # noqa: E402
 from bench.peer import Running, free_port, payload, wrk  # noqa: E402
+from bench.proxy import nginx_in_front  # noqa: E402
 
 
 def start(url: str, **env: str) -> Running:
@@ -211,18 +213,21 @@ ATTACK_ROWS = ("two connections of invalid 10 kB documents", "four requests of 1
                "random Bearer keys", "four WebSockets flooding subscriptions past their limit", "2,500 idle sockets")
 
 
-async def flood_websocket(base: str, address: str, arxiv_id: str, until: float, sent: Any = None) -> None:
+async def flood_websocket(base: str, address: str, arxiv_id: str, until: float, sent: Any = None,
+                          proxied: bool = False) -> None:
     """A WebSocket (graphql-transport-ws) that holds its 20 subscriptions, then sends subscriptions past the limit
     as fast as the server reads them, until `until` (time.monotonic()), reading whatever comes back; `sent` is
-    called for each message sent. The attack table's row, here and in tests/test_attacks.py."""
+    called for each message sent. The attack table's row, here and in tests/test_attacks.py. `address`: the
+    client's, as X-Forwarded-For from a trusted proxy, or (`proxied`, through a real one) its own source address."""
     import websockets
 
     subscription = {"query": f'subscription {{ citationAdded(arxivId: "{arxiv_id}") {{ __typename }} }}'}
     try:
         async with asyncio.timeout(max(0.1, until - time.monotonic())):
+            who: dict[str, Any] = ({"local_addr": (address, 0)} if proxied
+                                   else {"additional_headers": {"x-forwarded-for": address}})
             async with websockets.connect(base.replace("http", "ws") + "/graphql", close_timeout=1,
-                                          subprotocols=["graphql-transport-ws"], max_queue=None,
-                                          additional_headers={"x-forwarded-for": address}) as ws:
+                                          subprotocols=["graphql-transport-ws"], max_queue=None, **who) as ws:
                 await ws.send(json.dumps({"type": "connection_init"}))
                 await ws.recv()
 
@@ -246,7 +251,16 @@ async def flood_websocket(base: str, address: str, arxiv_id: str, until: float, 
         return
 
 
-def light_client(base: str, address: str, ids: list[str], seconds: float) -> dict:
+def as_client(address: str, proxied: bool, **limits: Any) -> dict[str, Any]:
+    """An httpx client's arguments for a client of this address: told by X-Forwarded-For from loopback as a
+    trusted proxy, or (`proxied`: a real proxy in front, which replaces that header) by its own source address
+    (a loopback address of its own, 127.x.y.z)."""
+    if proxied:
+        return {"transport": httpx.AsyncHTTPTransport(local_address=address, limits=httpx.Limits(**limits))}
+    return {"headers": {"x-forwarded-for": address}, "limits": httpx.Limits(**limits)}
+
+
+def light_client(base: str, address: str, ids: list[str], seconds: float, proxied: bool = False) -> dict:
     """A light client looking papers up every 0.1 s for `seconds` (in a process of its own)."""
 
     async def run() -> dict:
@@ -254,7 +268,7 @@ def light_client(base: str, address: str, ids: list[str], seconds: float) -> dic
         until = time.monotonic() + seconds
         # An address of its own each run: runs within one clock hour on one database would
         # otherwise share (and spend) one anonymous budget.
-        async with httpx.AsyncClient(base_url=base, timeout=60, headers={"x-forwarded-for": address}) as client:
+        async with httpx.AsyncClient(base_url=base, timeout=60, **as_client(address, proxied)) as client:
             i = 0
             while time.monotonic() < until:
                 started = time.perf_counter()
@@ -276,11 +290,14 @@ def light_client(base: str, address: str, ids: list[str], seconds: float) -> dic
     return asyncio.run(run())
 
 
-async def attacks(url: str, top: str, ids: list[str], seconds: float, rows: list[str] | None = None) -> dict:
+async def attacks(url: str, top: str, ids: list[str], seconds: float, rows: list[str] | None = None,
+                  proxy: str | None = None, attacker_nice: int = 0) -> dict:
     """The hostile table against a production two-worker server (PITH_ENV=production, PITH_WORKERS=2,
-    ulimit -n 1024), clients told apart by X-Forwarded-For from loopback as a trusted proxy: a light client
-    looks a paper up every 0.1 s, alone and then during each attack; its p50/p99/max and errors, the
-    attackers' statuses, the workers' pids (none replaced) and their peak RSS, and the slowest answer."""
+    ulimit -n 1024): a light client looks a paper up every 0.1 s, alone and then during each attack; its
+    p50/p99/max and errors, the attackers' statuses, the workers' pids (none replaced) and their peak RSS, and
+    the slowest answer. Clients are told apart by X-Forwarded-For from loopback as a trusted proxy, or, with
+    `proxy="nginx"`, every client goes through the documented nginx block (bench/proxy.py) from a loopback
+    address of its own, as production runs it."""
     import random
     import resource
     import secrets
@@ -292,7 +309,10 @@ async def attacks(url: str, top: str, ids: list[str], seconds: float, rows: list
     env = {**os.environ, "DATABASE_URL": url, "PITH_ACCESS_LOG": "0", "PITH_ENV": "production",
            "PITH_WORKERS": "2", "PITH_TRUSTED_PROXIES": "127.0.0.1"}
     command = ["sh", "-c", f"ulimit -n 1024; exec {sys.executable} -m app.cli serve --port {port}"]
-    server = Running("pith-production", command, env, port, payload("pith", "Q2", ids[0]))
+    # The probe from an address of its own: each start's workers claim a chunk of the probe's anonymous hour, and
+    # loopback's would be spent after a few runs within one clock hour.
+    server = Running("pith-production", command, env, port, payload("pith", "Q2", ids[0]),
+                     {"x-forwarded-for": f"198.18.{random.randrange(256)}.{random.randrange(1, 255)}"})
     keys = []
     for n in range(4):  # four funded keys
         made = subprocess.run([sys.executable, "-m", "app.cli", "keys", "create", "--name",
@@ -320,8 +340,16 @@ async def attacks(url: str, top: str, ids: list[str], seconds: float, rows: list
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     docs = attack_documents()
-    light_address = f"198.51.{random.randrange(100, 200)}.{random.randrange(1, 255)}"
-    attackers = f"203.{random.randrange(1, 255)}.{random.randrange(1, 255)}"  # theirs too (each attacker an address)
+    proxied = proxy == "nginx"
+    front = contextlib.ExitStack()
+    # 2,500 idle sockets reach the proxy's port, not the workers'; its connections are set above them.
+    base = front.enter_context(nginx_in_front(server.port, free_port(), 8192)) if proxied else server.base
+    if proxied:
+        light_address = f"127.{random.randrange(1, 255)}.{random.randrange(1, 255)}.{random.randrange(1, 255)}"
+        attackers = f"127.{random.randrange(1, 255)}.{random.randrange(1, 255)}"
+    else:
+        light_address = f"198.51.{random.randrange(100, 200)}.{random.randrange(1, 255)}"
+        attackers = f"203.{random.randrange(1, 255)}.{random.randrange(1, 255)}"  # theirs too (each an address)
     results: dict = {}
     slowest = 0.0
     pool = concurrent.futures.ProcessPoolExecutor(max_workers=1)
@@ -336,7 +364,12 @@ async def attacks(url: str, top: str, ids: list[str], seconds: float, rows: list
                 statuses[str(status)] = statuses.get(str(status), 0) + 1
                 slowest = max(slowest, elapsed)
 
-            async def loop(client: httpx.AsyncClient, make) -> None:  # noqa: ANN001
+            async def loop(address: str, make) -> None:  # noqa: ANN001
+                async with httpx.AsyncClient(base_url=base, timeout=60,
+                                             **as_client(address, proxied, max_connections=2)) as client:
+                    await loop_on(client, make)
+
+            async def loop_on(client: httpx.AsyncClient, make) -> None:  # noqa: ANN001
                 while time.monotonic() < until:
                     kwargs = make()
                     started = time.perf_counter()
@@ -348,55 +381,51 @@ async def attacks(url: str, top: str, ids: list[str], seconds: float, rows: list
                     except httpx.HTTPError as exc:
                         note(type(exc).__name__, time.perf_counter() - started)
 
-            limits = httpx.Limits(max_connections=8)
-            async with httpx.AsyncClient(base_url=server.base, timeout=60, limits=limits) as client:
-                if name == "two connections of invalid 10 kB documents":
-                    tasks = [loop(client, lambda n=n: {"json": {"query": docs["invalid_10kb"]},
-                                                        "headers": {"x-forwarded-for": f"{attackers}.{n}"}})
-                             for n in range(2)]
-                elif name == "four requests of 19 kB (overlapping fields)":
-                    tasks = [loop(client, lambda n=n: {"json": {"query": docs["overlap_19kb"]},
-                                                        "headers": {"x-forwarded-for": f"{attackers}.{10 + n}"}})
-                             for n in range(4)]
-                elif name == "2,200 distinct 12 kB invalid documents":
-                    counter = iter(range(10**9))
-                    # Each request the next of 2,200 documents (more than any cache of them holds), from five
-                    # addresses.
-                    tasks = [loop(client, lambda n=n: {"json": {"query": distinct_invalid_document(next(counter))},
-                        "headers": {"x-forwarded-for": f"{attackers}.{20 + n}"}}) for n in range(5)]
-                elif name == "four funded keys looping heavy operations":
-                    mix, turn = heavy_mix(top), iter(range(10**9))
-                    tasks = [loop(client, lambda k=k: {"json": mix[next(turn) % len(mix)],
-                                                        "headers": {"authorization": f"Bearer {k}"}}) for k in keys]
-                elif name == "random Bearer keys":
-                    spoofed = [f"{attackers}.{n}" for n in range(30, 40)]
-                    tasks = [loop(client, lambda: {"json": {"query": "{ __typename }"},
-                                                   "headers": {"authorization": f"Bearer pith_{secrets.token_hex(16)}",
-                                                               "x-forwarded-for": random.choice(spoofed)}})
-                             for _ in range(2)]
-                elif name == "four WebSockets flooding subscriptions past their limit":
-                    tasks = [flood_websocket(server.base, f"{attackers}.{50 + n}", top, until,
-                                             lambda: note("sent", 0.0)) for n in range(4)]
-                elif name == "2,500 idle sockets":
-                    held = []
+            if name == "two connections of invalid 10 kB documents":
+                tasks = [loop(f"{attackers}.{n}", lambda: {"json": {"query": docs["invalid_10kb"]}}) for n in range(2)]
+            elif name == "four requests of 19 kB (overlapping fields)":
+                tasks = [loop(f"{attackers}.{10 + n}", lambda: {"json": {"query": docs["overlap_19kb"]}})
+                         for n in range(4)]
+            elif name == "2,200 distinct 12 kB invalid documents":
+                counter = iter(range(10**9))
+                # Each request the next of 2,200 documents (more than any cache of them holds), from five
+                # addresses.
+                tasks = [loop(f"{attackers}.{20 + n}",
+                              lambda: {"json": {"query": distinct_invalid_document(next(counter))}}) for n in range(5)]
+            elif name == "four funded keys looping heavy operations":
+                mix, turn = heavy_mix(top), iter(range(10**9))
+                tasks = [loop(f"{attackers}.{60 + n}", lambda k=k: {"json": mix[next(turn) % len(mix)],
+                                                                    "headers": {"authorization": f"Bearer {k}"}})
+                         for n, k in enumerate(keys)]
+            elif name == "random Bearer keys":
+                # Two addresses, each request a key of its own.
+                tasks = [loop(f"{attackers}.{30 + n}", lambda: {"json": {"query": "{ __typename }"}, "headers": {
+                    "authorization": f"Bearer pith_{secrets.token_hex(16)}"}}) for n in range(2)]
+            elif name == "four WebSockets flooding subscriptions past their limit":
+                tasks = [flood_websocket(base, f"{attackers}.{50 + n}", top, until, lambda: note("sent", 0.0),
+                                         proxied) for n in range(4)]
+            elif name == "2,500 idle sockets":
+                held = []
+                # From an address of its own (not the trusted proxy's): a client on the internet reaching the
+                # server directly, or the proxy in front of it.
+                door = int(base.rsplit(":", 1)[1])
+                idle_from = f"{attackers}.70" if proxied else "127.0.0.2"
 
-                    async def hold() -> None:
-                        while time.monotonic() < until:
-                            while len(held) < 2500 and time.monotonic() < until:
-                                try:
-                                    # From an address of its own (not the trusted proxy's): a client on
-                                    # the internet reaching the server directly.
-                                    held.append(await asyncio.open_connection("127.0.0.1", server.port,
-                                                                              local_addr=("127.0.0.2", 0)))
-                                except OSError:
-                                    await asyncio.sleep(0.05)
-                            await asyncio.sleep(0.2)
-                            held[:] = [(r, w) for r, w in held if not w.is_closing() and not r.at_eof()]
-                        for _, w in held:
-                            w.close()
+                async def hold() -> None:
+                    while time.monotonic() < until:
+                        while len(held) < 2500 and time.monotonic() < until:
+                            try:
+                                held.append(await asyncio.open_connection("127.0.0.1", door,
+                                                                          local_addr=(idle_from, 0)))
+                            except OSError:
+                                await asyncio.sleep(0.05)
+                        await asyncio.sleep(0.2)
+                        held[:] = [(r, w) for r, w in held if not w.is_closing() and not r.at_eof()]
+                    for _, w in held:
+                        w.close()
 
-                    tasks = [hold()]
-                await asyncio.gather(*tasks)
+                tasks = [hold()]
+            await asyncio.gather(*tasks)
             return statuses
 
         # The light client runs in a process of its own, as a real one does (another machine, another
@@ -404,9 +433,16 @@ async def attacks(url: str, top: str, ids: list[str], seconds: float, rows: list
         running = asyncio.get_running_loop()
 
         def light(until: float) -> asyncio.Future:
-            return running.run_in_executor(pool, light_client, server.base, light_address, ids,
-                                           until - time.monotonic())
+            return running.run_in_executor(pool, light_client, base, light_address, ids,
+                                           until - time.monotonic(), proxied)
 
+        if attacker_nice:
+            # The attackers' own client (building and sending hundreds of requests a second) at a lower priority
+            # than the server, the proxy and the light client, as if it ran on machines of its own: on a 2-core
+            # machine it otherwise takes a core from them. The light client's process is made first, at the
+            # server's priority.
+            pool.submit(int).result()
+            os.nice(attacker_nice)
         until = time.monotonic() + seconds
         results["unloaded"] = await light(until)
         results["unloaded"]["load"] = os.getloadavg()[0]
@@ -423,12 +459,15 @@ async def attacks(url: str, top: str, ids: list[str], seconds: float, rows: list
             await asyncio.sleep(2)
     finally:
         pool.shutdown()
+        front.close()
         stop_sampling.set()
         sampler.join(2)
         after_workers = workers()
         server.stop()
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-    return {"seconds_per_row": seconds, "rows": results, "workers_replaced": len(before_workers - after_workers),
+    return {"seconds_per_row": seconds, "proxy": proxy or "none (X-Forwarded-For from loopback as a trusted proxy)",
+            "attacker_nice": attacker_nice,
+            "rows": results, "workers_replaced": len(before_workers - after_workers),
             "peak_worker_rss_mb": round(max(peaks.values()) / 2**20, 1) if peaks else None,
             "bound_mb": MEMORY_BOUND_MB, "slowest_attack_answer_s": round(slowest, 2),
             "deadline_s": 10.0}
@@ -506,6 +545,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--only", choices=("fairness", "memory", "budgets", "attacks"))
     parser.add_argument("--row", action="append", help="attacks: only the rows whose name contains this (repeatable)")
+    parser.add_argument("--proxy", choices=("nginx",), help="attacks: through the documented nginx block, each "
+                        "client from a loopback address of its own (as production runs it)")
+    parser.add_argument("--attacker-nice", type=int, default=0, help="attacks: the attackers' client at this nice "
+                        "level (as if on machines of their own; the server, proxy and light client keep theirs)")
     args = parser.parse_args()
     found: dict = {}
     with graph_database(args, "pith_governance") as url:
@@ -517,7 +560,8 @@ def main() -> None:
             found["memory"] = asyncio.run(memory(url, top, ids))
             print(json.dumps(found["memory"]), flush=True)
         if args.only in (None, "attacks"):
-            found["attacks"] = asyncio.run(attacks(url, top, ids, args.seconds, args.row))
+            found["attacks"] = asyncio.run(attacks(url, top, ids, args.seconds, args.row, args.proxy,
+                                                   args.attacker_nice))
             print(json.dumps(found["attacks"]), flush=True)
         if args.only in (None, "budgets"):
             found["budgets"] = budgets(url, ids, int(args.seconds // 2) or 5, args.rounds)
@@ -527,7 +571,7 @@ def main() -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / f"governance-{found['date'][:10]}-{args.papers}.json"
     if args.only:
-        out = out.with_name(out.stem + f"-{args.only}.json")
+        out = out.with_name(out.stem + f"-{args.only}" + (f"-{args.proxy}" if args.proxy else "") + ".json")
     out.write_text(json.dumps(found, indent=1) + "\n")
     print(f"wrote {out}")
 

@@ -103,7 +103,8 @@ def install_functions(url: str) -> None:
 class Running:
     """A server process on a free port of 127.0.0.1, ready when its GraphQL endpoint answers."""
 
-    def __init__(self, name: str, command: list[str], env: dict[str, str], port: int, probe: dict) -> None:
+    def __init__(self, name: str, command: list[str], env: dict[str, str], port: int, probe: dict,
+                 probe_headers: dict[str, str] | None = None) -> None:
         self.name, self.port = name, port
         self.base = f"http://127.0.0.1:{port}"
         self.log = tempfile.NamedTemporaryFile(prefix=f"bench-{name}-", suffix=".log", delete=False)
@@ -114,7 +115,7 @@ class Running:
             if self.process.poll() is not None:
                 raise RuntimeError(f"{name} exited: " + Path(self.log.name).read_text()[-2000:])
             try:
-                if httpx.post(self.base + "/graphql", json=probe, timeout=2).status_code == 200:
+                if httpx.post(self.base + "/graphql", json=probe, headers=probe_headers, timeout=2).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass

@@ -334,3 +334,29 @@ async def test_subscriptions_past_a_connections_limit_are_charged_like_any_refus
         assert after - before >= MAX_SUBSCRIPTIONS_PER_CONNECTION + 10, (before, after)
     finally:
         server.stop()
+
+
+async def test_the_variable_rules_run_wherever_a_variable_is_and_only_there(served):
+    """Validation leaves out the rules about variables for a document without a `$` token (they walk the whole
+    operation for its variables' uses: most of the validation of a document of unknown fields), and keeps them
+    for every document with one: an undefined variable, an unused one, one in the wrong place are still said."""
+    from graphql import parse
+
+    from app.cost import _uses_variables
+
+    cases = {
+        '{ paper(arxivId: $x) { title } }': "Variable '$x' is not defined.",
+        'query($v: String) { __typename }': "Variable '$v' is never used.",
+        'query($n: Int) { paper(arxivId: $n) { title } }': "Variable '$n' of type 'Int' used in position expecting type",
+        'query Q($v: String) { __typename } query R { paper(arxivId: $v) { title } }':
+            "Variable '$v' is not defined by operation 'R'.",
+    }
+    for document, said in cases.items():
+        assert _uses_variables(parse(document))
+        answer = await served.client.post("/graphql", json={"query": document, "operationName": "R"}
+                                          if " R " in document else {"query": document})
+        messages = [e["message"] for e in answer.json()["errors"]]
+        assert any(m.startswith(said) for m in messages), (document, messages)
+    plain = parse('{ paper(arxivId: "x") { title } search: __typename } # $ in a comment')
+    assert not _uses_variables(plain) and _uses_variables(parse('{ paper(arxivId: "$x") { title } } '
+                                                                 'query($a: String) { __typename }'))

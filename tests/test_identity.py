@@ -19,7 +19,8 @@ import pytest
 import websockets
 
 from app.governor import client_address, parse_networks
-from tests.conftest import ROOT, LiveServer, free_port
+from bench.proxy import nginx_binary, nginx_config
+from tests.conftest import LiveServer, free_port
 
 ASYNC = pytest.mark.asyncio(loop_scope="session")
 
@@ -101,26 +102,8 @@ async def test_websocket_quotas_follow_the_same_client(behind_proxy):
         await held.close()
 
 
-def nginx_block() -> str:
-    text = (ROOT / "docs" / "deployment.md").read_text()
-    (block,) = re.findall(r"```nginx\n(.*?)```", text, re.S)
-    return block
-
-
-def nginx_config(folder: Path, upstream_port: int, listen_port: int) -> Path:
-    block = nginx_block().replace("server 127.0.0.1:8000;", f"server 127.0.0.1:{upstream_port};")
-    block = block.replace("listen 80;", f"listen 127.0.0.1:{listen_port};")
-    temp = "".join(f"{name}_temp_path {folder}/{name};\n" for name in
-                   ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
-    config = folder / "nginx.conf"
-    config.write_text(f"pid {folder}/nginx.pid;\nerror_log {folder}/error.log;\ndaemon off;\n"
-                      f"events {{ worker_connections 256; }}\n"
-                      f"http {{\naccess_log off;\n{temp}{block}\n}}\n")
-    return config
-
-
 def nginx() -> str:
-    found = shutil.which("nginx") or (Path("/usr/sbin/nginx").exists() and "/usr/sbin/nginx")
+    found = nginx_binary()
     if not found:
         pytest.skip("needs nginx (apt-get install nginx; .ci/run does) to check the documented proxy block")
     return str(found)
