@@ -620,16 +620,19 @@ def _parsed(query: str, max_tokens: int, read: tuple[Any, float] | None = None) 
         _documents.move_to_end(key)
         if isinstance(found[0], TextRefused):
             raise found[0].copy()
+        if isinstance(found[0], GraphQLError):
+            raise _copied(found[0])
         return found[0]
     document, seconds = read or _read_text(query, max_tokens)
     READING.set(READING.get() + seconds)
-    refused = document if isinstance(document, TextRefused) else None
-    if refused is None and isinstance(document, GraphQLError):
-        raise document  # a syntax error: not kept (the parser stops at it; Strawberry's own parse reports it)
+    # A refusal (the text's, or the parser's syntax error) is kept as itself, the text's size: every later reading
+    # of the text in this request and the next (the view's, the pipeline's, a GET's validator) raises it again
+    # without parsing. Strawberry's own parse still reports a syntax error: once, on the event loop.
+    refused = document if isinstance(document, GraphQLError) else None
     weight = 1_000 + (2 if refused else DOCUMENT_BYTES_PER_CHAR) * len(query)
     if weight > DOCUMENT_CACHE_BYTES // 8:
         if refused is not None:
-            raise refused
+            raise _copied(refused)
         return document  # too large to keep: parsed again when asked again
     _documents[key] = (document, weight)
     _documents_bytes += weight
@@ -639,8 +642,18 @@ def _parsed(query: str, max_tokens: int, read: tuple[Any, float] | None = None) 
         for forget in _evicted:
             forget(old)
     if refused is not None:
-        raise refused.copy()
+        raise _copied(refused)
     return document
+
+
+def _copied(error: GraphQLError) -> GraphQLError:
+    """A kept refusal, an object of its own for each raise (a kept one would hold the traceback of its last)."""
+    from app.shape import TextRefused
+
+    if isinstance(error, TextRefused):
+        return error.copy()
+    return GraphQLError(error.message, source=error.source, positions=error.positions,
+                        extensions=error.extensions)
 
 
 # Reading a long document not seen before (parsing it, checking its shape, validating it: pure Python, ~30 ms for

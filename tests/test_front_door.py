@@ -360,3 +360,32 @@ async def test_the_variable_rules_run_wherever_a_variable_is_and_only_there(serv
     plain = parse('{ paper(arxivId: "x") { title } search: __typename } # $ in a comment')
     assert not _uses_variables(plain) and _uses_variables(parse('{ paper(arxivId: "$x") { title } } '
                                                                  'query($a: String) { __typename }'))
+
+
+async def test_a_long_text_that_does_not_parse_is_parsed_once_in_the_reader_thread_and_once_by_strawberry(
+        served, monkeypatch):
+    """A long text with a syntax error at its end: parsed once in the reader thread, its error kept, so the view's
+    and the pipeline's readings of it (and a GET's validator) raise that error again without parsing; only
+    Strawberry's own parse, which reports it, runs on the event loop. It was four parses on the loop (77 ms)."""
+    import threading
+
+    from graphql.language.parser import Parser
+
+    parses: list[str] = []
+    original = Parser.parse_document
+
+    def counted(self):  # noqa: ANN001, ANN202
+        parses.append(threading.current_thread().name)
+        return original(self)
+
+    monkeypatch.setattr(Parser, "parse_document", counted)
+    for n, method in enumerate(("POST", "GET")):
+        document = "{ e%d(%s) }}" % (n, " ".join(f"a{j}: 7" for j in range(400)))
+        parses.clear()
+        if method == "POST":
+            answer = await served.client.post("/graphql", json={"query": document})
+        else:
+            answer = await served.client.get("/graphql", params={"query": document})
+        assert answer.json()["errors"][0]["message"].startswith("Syntax Error"), answer.text[:200]
+        in_thread = [p for p in parses if p.startswith("pith-reader")]
+        assert len(in_thread) == 1 and len(parses) - len(in_thread) == 1, (method, parses)
