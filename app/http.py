@@ -190,6 +190,12 @@ def operation_problem(query: str, operation_name: str | None) -> str | None:
     document = _document(query)
     if document is None:
         return None
+    return document_operation_problem(document, operation_name)
+
+
+def document_operation_problem(document: Any, operation_name: str | None) -> str | None:
+    """Why no single operation can be chosen from a parsed document (None when one can): every transport's rule
+    (the HTTP view's, before a request is run; app.pipeline's, for the streams and WebSockets)."""
     operations = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)]
     names = [op.name.value for op in operations if op.name is not None]
     if not operations:

@@ -311,6 +311,12 @@ def report(operation: str | None, codes: list[str | None], statements: int, unit
     note(operation=operation or "anonymous", outcome=outcome, cost=units, points=points, statements=statements)
 
 
+def _operation_problem(document: Any, operation_name: str | None) -> str | None:
+    from app.http import document_operation_problem
+
+    return document_operation_problem(document, operation_name)
+
+
 SESSION_CLOSE_GRACE = 0.5  # seconds an answer waits for its session's close
 
 
@@ -451,6 +457,13 @@ class RequestPipeline(SchemaExtension):
                     ctx.pre_execution_errors = checked(*rules)
                 finally:
                     self.front_seconds += time.perf_counter() - started
+            if not ctx.pre_execution_errors:
+                # The name the client gave (Strawberry's `operation_name` falls back to the first operation's).
+                given = getattr(ctx, "_provided_operation_name", ctx.operation_name)
+                problem = _operation_problem(ctx.graphql_document, given)
+                if problem is not None:  # (Strawberry would run the first operation)
+                    ctx.pre_execution_errors = [GraphQLError(problem,
+                                                             extensions={"code": "OPERATION_RESOLUTION_FAILURE"})]
         yield
         self.pace_reading()
         if ctx.pre_execution_errors:

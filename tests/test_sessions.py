@@ -245,3 +245,23 @@ async def test_trusted_documents_mode_refuses_an_untrusted_document_on_every_tra
         await assert_pool_given_back(database_url, trusted)
     finally:
         trusted.stop()
+
+
+async def test_an_operation_that_cannot_be_chosen_is_refused_alike_on_every_transport(server):
+    """Several operations and no operationName: POST refuses it (OPERATION_RESOLUTION_FAILURE), and so do SSE,
+    multipart and both WebSocket protocols (Strawberry alone would run the first one)."""
+    two = (f'subscription A {{ citationAdded(arxivId: "{PAPER}") {{ cursor }} }} '
+           f'subscription B {{ citationAdded(arxivId: "{PAPER}") {{ cursor }} }}')
+    refusal = "the document has 2 operations; say which to run with operationName"
+    async with httpx.AsyncClient(timeout=20) as client:
+        posted = (await client.post(server.base + "/graphql", json={"query": two})).json()
+        assert posted["errors"][0]["message"].startswith(refusal), posted
+        # (a subscription that runs instead sends nothing: the wait ends it as a failure)
+        for answer in (await asyncio.wait_for(sse(client, server.base, two), 15),
+                       await asyncio.wait_for(multipart(client, server.base, two, leave=False), 15)):
+            assert answer and answer[0]["errors"][0]["message"].startswith(refusal), answer
+            assert answer[0]["errors"][0]["extensions"]["code"] == "OPERATION_RESOLUTION_FAILURE"
+    for got in ((await transport_ws(server.base, [two], running=()))[0], (await legacy_ws(server.base, [two]))[0]):
+        payload = got[0]["payload"]  # graphql-transport-ws: a list of errors; graphql-ws: the error itself
+        error = payload[0] if isinstance(payload, list) else payload.get("errors", [payload])[0]
+        assert error["message"].startswith(refusal) and error["extensions"]["code"] == "OPERATION_RESOLUTION_FAILURE"
