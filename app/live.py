@@ -144,8 +144,13 @@ class Hub:
 
     async def ready(self, timeout: float = 10.0) -> None:
         """Wait until the hub listens (so that "from now on" has a position)."""
+        if self._ready.is_set():
+            return
         try:
-            await asyncio.wait_for(self._ready.wait(), timeout)
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for loses a cancellation that arrives as the wait
+            # ends, and a subscription cancelled there would go on, subscribed, after its socket had ended it.
+            async with asyncio.timeout(timeout):
+                await self._ready.wait()
         except (TimeoutError, asyncio.TimeoutError):
             raise LiveError("live updates are unavailable: the change log cannot be reached; retry shortly") from None
 
