@@ -7,6 +7,7 @@ pool is checked from PostgreSQL's side and HTTP must still answer at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 
 import asyncpg
@@ -265,3 +266,48 @@ async def test_an_operation_that_cannot_be_chosen_is_refused_alike_on_every_tran
         payload = got[0]["payload"]  # graphql-transport-ws: a list of errors; graphql-ws: the error itself
         error = payload[0] if isinstance(payload, list) else payload.get("errors", [payload])[0]
         assert error["message"].startswith(refusal) and error["extensions"]["code"] == "OPERATION_RESOLUTION_FAILURE"
+
+
+async def test_subscriptions_cancelled_past_the_pace_end_with_their_socket(database_url):
+    """Sockets sending subscribe and complete for one id, faster than their pace, then closing: every
+    subscription ends (the metric of live subscribers back to 0). A cancellation that came as the change hub's
+    readiness wait ended was lost (Python 3.11's wait_for): 2 to 10 subscriptions of ten such sockets went on,
+    subscribed, after their sockets had gone, and failed at the next event."""
+    import random
+    import re
+
+    server = LiveServer(database_url, env={"PITH_ENV": "production", "PITH_TRUSTED_PROXIES": "127.0.0.1"})
+    subscription = {"query": f'subscription {{ citationAdded(arxivId: "{PAPER}") {{ cursor }} }}'}
+
+    async def churn(n: int) -> None:
+        async with websockets.connect(server.base.replace("http", "ws") + "/graphql",
+                                      subprotocols=["graphql-transport-ws"],
+                                      additional_headers={"x-forwarded-for": f"198.51.100.{n + 10}"}) as ws:
+            await ws.send(json.dumps({"type": "connection_init"}))
+            await ws.recv()
+
+            async def drain() -> None:
+                with contextlib.suppress(websockets.ConnectionClosed):
+                    while True:
+                        await ws.recv()
+
+            draining = asyncio.ensure_future(drain())
+            for _ in range(60):  # ~40 messages a second, twice the pace
+                await ws.send(json.dumps({"id": "1", "type": "subscribe", "payload": subscription}))
+                await asyncio.sleep(random.uniform(0.02, 0.03))
+                await ws.send(json.dumps({"id": "1", "type": "complete"}))
+                await asyncio.sleep(random.uniform(0.02, 0.03))
+            draining.cancel()
+
+    try:
+        await asyncio.gather(*(churn(n) for n in range(10)))
+        async with httpx.AsyncClient(timeout=10) as client:
+            for _ in range(100):
+                metrics = (await client.get(server.base + "/metrics")).text
+                live = float(re.search(r"^pith_subscriptions (\S+)$", metrics, re.M).group(1))
+                if live == 0:
+                    break
+                await asyncio.sleep(0.1)
+        assert live == 0, f"{live} subscriptions outlived their sockets"
+    finally:
+        server.stop()
