@@ -614,13 +614,9 @@ def _parsed(query: str, max_tokens: int, read: tuple[Any, float] | None = None) 
     global _documents_bytes
     key = (query, max_tokens)
     found = _documents.get(key)
-    from app.shape import TextRefused
-
     if found is not None:
         _documents.move_to_end(key)
-        if isinstance(found[0], TextRefused):
-            raise found[0].copy()
-        if isinstance(found[0], GraphQLError):
+        if isinstance(found[0], GraphQLError):  # a refusal kept (the text's, or a syntax error)
             raise _copied(found[0])
         return found[0]
     document, seconds = read or _read_text(query, max_tokens)

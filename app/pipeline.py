@@ -22,6 +22,7 @@ from app.cost import (READING, DataScale, PaperSize, Price, _parsed, _plan, actu
                       operation_price, paper_sizes, priced_papers, read_off_loop, refusal, validated_off_loop)
 from app.errors import OperationError, deadline_error
 from app.governor import RateLimited, Ticket, TooFast
+from app.http import document_operation_problem
 from app.limits import MAX_COST, MAX_NODES, RETRY_AFTER_SECONDS
 from app.logs import request_id
 from app.shape import TextRefused
@@ -311,12 +312,6 @@ def report(operation: str | None, codes: list[str | None], statements: int, unit
     note(operation=operation or "anonymous", outcome=outcome, cost=units, points=points, statements=statements)
 
 
-def _operation_problem(document: Any, operation_name: str | None) -> str | None:
-    from app.http import document_operation_problem
-
-    return document_operation_problem(document, operation_name)
-
-
 SESSION_CLOSE_GRACE = 0.5  # seconds an answer waits for its session's close
 
 
@@ -460,7 +455,7 @@ class RequestPipeline(SchemaExtension):
             if not ctx.pre_execution_errors:
                 # The name the client gave (Strawberry's `operation_name` falls back to the first operation's).
                 given = getattr(ctx, "_provided_operation_name", ctx.operation_name)
-                problem = _operation_problem(ctx.graphql_document, given)
+                problem = document_operation_problem(ctx.graphql_document, given)
                 if problem is not None:  # (Strawberry would run the first operation)
                     ctx.pre_execution_errors = [GraphQLError(problem,
                                                              extensions={"code": "OPERATION_RESOLUTION_FAILURE"})]
