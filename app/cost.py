@@ -601,10 +601,21 @@ def _read_text(query: str, max_tokens: int) -> tuple[Any, float]:
     try:
         # What the text alone refuses, before the parser's dearer pass: kept as its refusal (the text's
         # size, not a tree's), so a client repeating it is refused from memory.
-        found: Any = lexical_problem(query, max_tokens) or parse(query, max_tokens=max_tokens)
+        found: Any = lexical_problem(query, max_tokens) or _unlinked(parse(query, max_tokens=max_tokens))
     except GraphQLError as exc:
         found = exc
     return found, time.perf_counter() - started
+
+
+def _unlinked(document: Any) -> Any:
+    """The document, its tokens linked forward only. The parser links each token to the one before it and the one
+    after, a cycle per pair, so a document let go waited for the collector, which then walked thousands of tokens
+    (and held every thread of the process meanwhile); nothing reads a token's `prev` once the parse is done."""
+    token = document.loc.start_token if document.loc is not None else None
+    while token is not None:
+        token.prev = None
+        token = token.next
+    return document
 
 
 def _parsed(query: str, max_tokens: int, read: tuple[Any, float] | None = None) -> Any:
@@ -773,7 +784,6 @@ def _shape(schema: Any, document: Any) -> GraphQLError | None:
 def _validated(schema: Any, document: Any, rules: tuple, hide_suggestions: bool = False) -> list[GraphQLError]:
     """graphql-core's validation; `hide_suggestions` (production) leaves every "Did you mean" out, and the
     work of finding one (a name's distance to every name it could have been)."""
-    from graphql import validate
     from strawberry.schema.validation_rules.maybe_null import MaybeNullValidationRule
     from strawberry.schema.validation_rules.one_of import OneOfInputValidationRule
 
@@ -788,8 +798,47 @@ def _validated(schema: Any, document: Any, rules: tuple, hide_suggestions: bool 
         # graphql-core's own rules say what is wrong (Unknown fragment), the others are left out.
         rules, added = tuple(r for r in rules if r.__module__.startswith("graphql.")), ()
     # Strawberry's validate_document, with graphql-core's hide_suggestions.
-    return validate(schema, document, (*rules, *added), hide_suggestions=hide_suggestions,
-                    max_errors=MAX_VALIDATION_ERRORS)
+    return _validate(schema, document, (*rules, *added), hide_suggestions)
+
+
+def _validate(schema: Any, document: Any, rules: tuple, hide_suggestions: bool) -> list[GraphQLError]:
+    """graphql-core's `validate` (its steps, in its order, with its own pieces), but its visitors taken apart when it
+    ends. graphql-core's visitors keep their own bound methods by node kind (a cycle each), its rules the context
+    and so the document, its ParallelVisitor the node it skips: all of it, a document of thousands of nodes
+    included, waited for the collector, which ran in whichever thread allocated next (in the reader thread, its
+    collections of ~40,000 objects held the event loop 30-70 ms). Taken apart, they go by reference counting."""
+    from graphql import FragmentDefinitionNode, TypeInfo, TypeInfoVisitor, visit
+    from graphql.language import ParallelVisitor
+    from graphql.validation import ValidationContext
+    from graphql.validation.validate import (FragmentNestingVisitor, ValidationAbortedError,
+                                             query_document_keys_to_validate)
+
+    errors: list[GraphQLError] = []
+
+    def on_error(error: GraphQLError) -> None:
+        if len(errors) >= MAX_VALIDATION_ERRORS:
+            raise ValidationAbortedError("Too many validation errors, error limit reached. Validation aborted.")
+        errors.append(error)
+
+    type_info = TypeInfo(schema)
+    context = ValidationContext(schema, document, type_info, on_error, hide_suggestions)
+    visitors = [rule(context) for rule in rules]
+    fragments = {d.name.value: d for d in document.definitions if isinstance(d, FragmentDefinitionNode)}
+    if fragments:
+        visitors.insert(0, FragmentNestingVisitor(fragments))
+    together = ParallelVisitor(visitors)
+    walker = TypeInfoVisitor(type_info, together)
+    try:
+        visit(document, walker, query_document_keys_to_validate)
+    except ValidationAbortedError as error:
+        error.__context__ = None
+        errors.append(error.with_traceback(None))
+    except RecursionError:
+        errors.append(ValidationAbortedError("Validation aborted."))
+    finally:
+        for visitor in (walker, together, *visitors):
+            getattr(visitor, "__dict__", {}).clear()
+    return errors
 
 
 def _variable_rules() -> tuple:
