@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -89,13 +90,16 @@ def create_app(settings: Settings | None = None, dsn: str | None = None, *,
             # the collector's generations, full collections no longer walk it (they were the p99).
             gc.collect()
             gc.freeze()
-        thresholds = gc.get_threshold()
+        thresholds, switch = gc.get_threshold(), sys.getswitchinterval()
         if settings.gc_young_threshold:
             gc.set_threshold(settings.gc_young_threshold, *thresholds[1:])
+        if settings.switch_interval_us:
+            sys.setswitchinterval(settings.switch_interval_us / 1e6)
         try:
             yield
         finally:
             gc.set_threshold(*thresholds)
+            sys.setswitchinterval(switch)
             scale_task.cancel()
             sample_task.cancel()
             await asyncio.gather(scale_task, sample_task, return_exceptions=True)

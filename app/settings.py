@@ -51,6 +51,11 @@ class Settings:
     # tens of thousands of short-lived objects; at Python's 700 it ran a dozen young collections per
     # record over objects that were all still alive (1 ms of a 10 ms record). 0 keeps Python's.
     gc_young_threshold: int = 50_000
+    # How long (microseconds) a thread holding the interpreter may keep it once another asks (Python's own: 5,000).
+    # A worker's reader thread parses and validates long documents in pure Python: at 5 ms, each of the event
+    # loop's wake-ups (a request's arrival, its rows, its answer) could wait that long behind it, and a light
+    # lookup's p99 went from 5 to 20 ms while distinct long documents arrived. 0 keeps Python's.
+    switch_interval_us: int = 500
     persisted_documents: str | None = None
     persisted_only: bool = False
     access_log: bool = True
@@ -106,6 +111,7 @@ class Settings:
             metrics_token=env.get("PITH_METRICS_TOKEN") or None,
             gc_freeze=read.switch("PITH_GC_FREEZE", True),
             gc_young_threshold=read.integer("PITH_GC_YOUNG_THRESHOLD", base.gc_young_threshold, 0),
+            switch_interval_us=read.integer("PITH_SWITCH_INTERVAL_US", base.switch_interval_us, 0, 100_000),
             persisted_documents=env.get("PITH_PERSISTED_DOCUMENTS") or None,
             persisted_only=read.switch("PITH_PERSISTED_ONLY", False),
             access_log=read.switch("PITH_ACCESS_LOG", True),
