@@ -306,8 +306,10 @@ async def attacks(url: str, top: str, ids: list[str], seconds: float, rows: list
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8192), hard))  # the attackers' own sockets
     port = free_port()
-    env = {**os.environ, "DATABASE_URL": url, "PITH_ACCESS_LOG": "0", "PITH_ENV": "production",
-           "PITH_WORKERS": "2", "PITH_TRUSTED_PROXIES": "127.0.0.1"}
+    # BENCH_ACCESS_LOG=1 (with BENCH_KEEP_LOG=1, bench/peer.py) keeps the workers' access lines: each request's
+    # duration in the server, to tell its time there from the time on the way.
+    env = {**os.environ, "DATABASE_URL": url, "PITH_ACCESS_LOG": os.environ.get("BENCH_ACCESS_LOG", "0"),
+           "PITH_ENV": "production", "PITH_WORKERS": "2", "PITH_TRUSTED_PROXIES": "127.0.0.1"}
     command = ["sh", "-c", f"ulimit -n 1024; exec {sys.executable} -m app.cli serve --port {port}"]
     # The probe from an address of its own: each start's workers claim a chunk of the probe's anonymous hour, and
     # loopback's would be spent after a few runs within one clock hour.

@@ -132,7 +132,8 @@ class Running:
                 os.killpg(self.process.pid, 9)
                 self.process.wait(10)
         self.log.close()
-        os.unlink(self.log.name)
+        if not os.environ.get("BENCH_KEEP_LOG"):  # kept: its name is the newest /tmp/bench-<name>-*.log
+            os.unlink(self.log.name)
 
 
 def start_pith(url: str, processes: int, probe_id: str) -> Running:
