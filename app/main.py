@@ -24,7 +24,7 @@ from starlette.routing import Route, WebSocketRoute
 
 from app import metrics
 from app.cors import Cors
-from app.db.pool import DeadlinePassed, StatementTimeout, create_pool
+from app.db.pool import DeadlinePassed, StatementTimeout, create_pool, pool_rollbacks_expected
 from app.fastpath import GZIP_LEVEL, GZIP_MINIMUM, PreparedFastPath
 from app.graphql.view import GraphQLView
 from app.http import GRAPHQL_PATH, error_response
@@ -95,6 +95,7 @@ def create_app(settings: Settings | None = None, dsn: str | None = None, *,
             gc.set_threshold(settings.gc_young_threshold, *thresholds[1:])
         if settings.switch_interval_us:
             sys.setswitchinterval(settings.switch_interval_us / 1e6)
+        handler_back = pool_rollbacks_expected(asyncio.get_running_loop())
         try:
             yield
         finally:
@@ -109,6 +110,7 @@ def create_app(settings: Settings | None = None, dsn: str | None = None, *,
             state.live_pool = None
             for pool in pools:
                 await close_pool(pool)
+            handler_back()
 
     from app.web import routes as web_routes
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import logging
 from typing import Any, AsyncIterator, Awaitable, Callable, Final, Sequence
 
 import asyncpg
@@ -12,6 +13,7 @@ import asyncpg
 from app.settings import Settings
 
 DEFAULT_STATEMENT_TIMEOUT_MS: Final = Settings.statement_timeout_ms
+_log = logging.getLogger("pith.db")
 
 
 # asyncpg introspects array types on first use; doing it when a connection opens keeps a
@@ -133,6 +135,30 @@ async def create_pool(settings: Settings, dsn: str, *, init: Callable[[asyncpg.C
 
 class SessionClosed(RuntimeError):
     """A statement was asked of a session that its request has already closed."""
+
+
+# asyncpg's words, through the event loop's exception handler (logged at ERROR by asyncio), for a connection its
+# pool rolls back on release.
+_POOL_ROLLBACK: Final = "Resetting connection with an active transaction"
+
+
+def pool_rollbacks_expected(loop: asyncio.AbstractEventLoop) -> Callable[[], None]:
+    """Let the pool's rollback of a session whose statement was cancelled (its deadline, its client gone) go
+    without an ERROR line: Session._finish leaves exactly those to the pool's release, which waits out the
+    cancellation (no ROLLBACK can be sent before it ends) and rolls back, as asyncpg intends. Every other report
+    goes to the loop's handler as before. Returns the call that puts the handler back."""
+    previous = loop.get_exception_handler()
+
+    def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if str(context.get("message", "")).startswith(_POOL_ROLLBACK):
+            _log.debug("a cancelled statement's transaction rolled back by the pool")
+        elif previous is not None:
+            previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handler)
+    return lambda: loop.set_exception_handler(previous)
 
 
 # Cleanups that outlive a cancelled caller: kept referenced until they finish.
