@@ -249,6 +249,8 @@ async def flood_websocket(base: str, address: str, arxiv_id: str, until: float, 
                     reading.cancel()
     except (TimeoutError, OSError, websockets.exceptions.WebSocketException):
         return
+    except AttributeError:  # websockets' close after the timeout cut a send short: its transport already gone
+        return
 
 
 def as_client(address: str, proxied: bool, **limits: Any) -> dict[str, Any]:
