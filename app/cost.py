@@ -803,10 +803,11 @@ def _validated(schema: Any, document: Any, rules: tuple, hide_suggestions: bool 
 
 def _validate(schema: Any, document: Any, rules: tuple, hide_suggestions: bool) -> list[GraphQLError]:
     """graphql-core's `validate` (its steps, in its order, with its own pieces; the schema's own check left to
-    execution, which makes it anyway), but its visitors taken apart when it ends. graphql-core's visitors keep their own bound methods by node kind (a cycle each), its rules the context
-    and so the document, its ParallelVisitor the node it skips: all of it, a document of thousands of nodes
-    included, waited for the collector, which ran in whichever thread allocated next (in the reader thread, its
-    collections of ~40,000 objects held the event loop 30-70 ms). Taken apart, they go by reference counting."""
+    execution, which makes it anyway), but its visitors taken apart when it ends. graphql-core's visitors keep
+    their own bound methods by node kind (a cycle each), its rules the context and so the document, its
+    ParallelVisitor the node it skips: all of it, a document of thousands of nodes included, waited for the
+    collector, which ran in whichever thread allocated next (in the reader thread, its collections of ~40,000
+    objects held the event loop 30-70 ms). Taken apart, they go by reference counting."""
     from graphql import FragmentDefinitionNode, TypeInfo, TypeInfoVisitor, visit
     from graphql.language import ParallelVisitor
     from graphql.validation import ValidationContext
