@@ -34,7 +34,8 @@ from app.limits import ARGUMENTS, argument_default, out_of_range
 from app.timeparse import is_arxiv_id
 from loaders.base import scanned
 from app.limits import (MAX_COST, MAX_IDS, MAX_NEIGHBOURHOOD_PAPERS, MAX_NODES,
-                        MAX_TOTAL_DEPTH, MAX_VALIDATION_ERRORS, OFF_LOOP_CHARS, POINT_UNITS)
+                        MAX_TOTAL_DEPTH, MAX_VALIDATION_ERRORS, OFF_LOOP_CHARS, POINT_UNITS, READER_SHARE,
+                        READER_WAIT_SECONDS, READER_WAITING)
 
 # (field name) -> (argument that sizes it, its default)
 LISTS = {"inbound": ("first", 100), "outbound": ("first", 100), "searchPapers": ("first", 10),
@@ -670,6 +671,67 @@ def _copied(error: GraphQLError) -> GraphQLError:
 # documents (almost every request) and those already in the caches are read on the loop, which is cheaper.
 _READER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="pith-reader")
 READ_IN_THREAD = [0]  # parses and validations done in the reader thread (tests read it)
+_in_reader = [0]  # long documents holding a place of the reader's (READER_WAITING)
+READER_REFUSED = [0]  # long documents refused because the reader was full (tests and metrics read it)
+
+
+class ReaderBusy(GraphQLError):
+    """A long document refused before it was read: the process's reader had no place for it in time
+    (SERVICE_UNAVAILABLE: 503 with Retry-After over HTTP, the same error on every other transport)."""
+
+    def __init__(self) -> None:
+        super().__init__(f"the server is busy reading other long documents; retry in a few seconds, or "
+                         f"send a document under {OFF_LOOP_CHARS:,} characters (or a persisted one)",
+                         extensions={"code": "SERVICE_UNAVAILABLE"})
+
+
+async def _in_reader_thread(fn: Callable[..., Any], *args: Any) -> tuple[Any, float]:
+    """fn(*args) run in the reader thread, and the seconds it took there. A document waits for one of the
+    READER_WAITING places (held until the thread is done with it, whether its request waited or left) at most
+    READER_WAIT_SECONDS, its text alone held meanwhile; then ReaderBusy, unread. (Waiting, not refused at once: a
+    client refused at once sends its next document at once, and refusing it costs the event loop too.)"""
+    places = _places()
+    try:
+        async with asyncio.timeout(READER_WAIT_SECONDS):
+            await places.acquire()
+    except TimeoutError:
+        READER_REFUSED[0] += 1
+        raise ReaderBusy() from None
+    loop = asyncio.get_running_loop()
+    _in_reader[0] += 1
+
+    def left(_: Any) -> None:
+        _in_reader[0] -= 1
+        places.release()
+
+    try:
+        future = _READER.submit(_paced, fn, *args)
+    except BaseException:
+        left(None)
+        raise
+    future.add_done_callback(lambda _: loop.call_soon_threadsafe(left, None))
+    return await asyncio.wrap_future(future)
+
+
+_PLACES: list[tuple[Any, asyncio.Semaphore]] = []
+
+
+def _places() -> asyncio.Semaphore:
+    """The reader's places, for the running event loop (a worker has one; tests start several)."""
+    loop = asyncio.get_running_loop()
+    if not _PLACES or _PLACES[0][0] is not loop:
+        _PLACES[:] = [(loop, asyncio.Semaphore(READER_WAITING))]
+    return _PLACES[0][1]
+
+
+def _paced(fn: Callable[..., Any], *args: Any) -> tuple[Any, float]:
+    """fn(*args) and its seconds, then a rest in proportion (READER_SHARE) queued for the thread: a job of its own,
+    so this document's answer does not wait for it, the next document does (a sleep lets the interpreter go)."""
+    started = time.perf_counter()
+    try:
+        return fn(*args), time.perf_counter() - started
+    finally:
+        _READER.submit(time.sleep, (time.perf_counter() - started) * (1 - READER_SHARE) / READER_SHARE)
 
 
 def read_in_thread(query: str | None) -> bool:
@@ -683,7 +745,7 @@ async def read_off_loop(query: str, max_tokens: int) -> None:
     already kept."""
     if not read_in_thread(query) or (query, max_tokens) in _documents:
         return
-    read = await asyncio.get_running_loop().run_in_executor(_READER, _read_text, query, max_tokens)
+    read, _ = await _in_reader_thread(_read_text, query, max_tokens)
     READ_IN_THREAD[0] += 1
     with contextlib.suppress(GraphQLError):
         _parsed(query, max_tokens, read)
@@ -696,13 +758,12 @@ async def validated_off_loop(query: str | None, schema: Any, document: Any, rule
     if not read_in_thread(query) or _validated.known(schema, document, rules, hide_suggestions):
         return None
 
-    def timed() -> tuple[GraphQLError | None, list[GraphQLError] | None, float]:
-        started = time.perf_counter()
+    def found() -> tuple[GraphQLError | None, list[GraphQLError] | None]:
         problem = _shape.__wrapped__(schema, document)
-        errors = None if problem is not None else _validated.__wrapped__(schema, document, rules, hide_suggestions)
-        return problem, errors, time.perf_counter() - started
+        return problem, None if problem is not None else _validated.__wrapped__(schema, document, rules,
+                                                                                 hide_suggestions)
 
-    problem, errors, seconds = await asyncio.get_running_loop().run_in_executor(_READER, timed)
+    (problem, errors), seconds = await _in_reader_thread(found)
     READ_IN_THREAD[0] += 1
     _shape.keep(problem, schema, document)
     if errors is None:

@@ -29,6 +29,14 @@ MAX_VALIDATION_ERRORS: Final = 10
 # A document this long or longer, not in the caches, is parsed and validated in a thread of the process's own
 # (app.cost.read_off_loop), not on the event loop: ~1 ms of reading at the shortest, 30 ms for 12 kB.
 OFF_LOOP_CHARS: Final = 2_000
+# The reader thread is the process's, whoever sends: at most READER_SHARE of its time reading (it rests in
+# proportion to what it read, so the event loop keeps the rest of the interpreter), and READER_WAITING long documents
+# in it or queued for it. Another waits for a place, its text alone held, at most READER_WAIT_SECONDS, then is
+# refused unread (503, Retry-After). Each client is bounded by its own budget; these bound them all together (a
+# hundred addresses, each within its own, once held every worker's reader: seconds of queue, 560 MB of documents).
+READER_SHARE: Final = 0.5
+READER_WAITING: Final = 4
+READER_WAIT_SECONDS: Final = 1.0
 MAX_IDS: Final = 100  # papers(arxivIds:), nodes(ids:)
 MAX_FIRST: Final = 100  # first / last of every connection
 MAX_CURSOR_LENGTH: Final = 400

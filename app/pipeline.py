@@ -18,14 +18,14 @@ from strawberry.extensions import MaskErrors, SchemaExtension
 from strawberry.types import ExecutionResult
 
 from app.db.pool import DeadlinePassed, StatementTimeout
-from app.cost import (READING, DataScale, PaperSize, Price, _parsed, _plan, actual_units, checked,
+from app.cost import (READING, DataScale, PaperSize, Price, ReaderBusy, _parsed, _plan, actual_units, checked,
                       operation_price, paper_sizes, priced_papers, read_off_loop, refusal, validated_off_loop)
 from app.errors import OperationError, deadline_error
 from app.governor import RateLimited, Ticket, TooFast
 from app.http import document_operation_problem
 from app.limits import MAX_COST, MAX_NODES, RETRY_AFTER_SECONDS
 from app.logs import request_id
-from app.shape import TextRefused
+from app.shape import TextRefused, refused_unread
 from loaders.base import TURN
 
 
@@ -408,7 +408,11 @@ class RequestPipeline(SchemaExtension):
     async def on_parse(self):  # type: ignore[override]
         ctx = self.execution_context
         if ctx.graphql_document is None and ctx.query:
-            await read_off_loop(ctx.query, self.max_tokens)  # a long text: in the reader thread
+            try:
+                await read_off_loop(ctx.query, self.max_tokens)  # a long text: in the reader thread
+            except ReaderBusy as exc:  # refused unread, as a text refused from its text alone is
+                self.refused = refused_unread(exc, ctx.query)
+                ctx.graphql_document = self.refused.document()
         self._parse()  # its time counted in READING, with any other reading of this request's document
         started = time.perf_counter()
         try:
@@ -442,7 +446,10 @@ class RequestPipeline(SchemaExtension):
         elif ctx.pre_execution_errors is None and ctx.graphql_document is not None:
             rules = (ctx.schema._schema, ctx.graphql_document, tuple(ctx.validation_rules),
                      ctx.schema.config.disable_field_suggestions)
-            found = await validated_off_loop(ctx.query, *rules)  # a long text: in the reader thread
+            try:
+                found = await validated_off_loop(ctx.query, *rules)  # a long text: in the reader thread
+            except ReaderBusy as exc:
+                found = [exc], 0.0
             if found is not None:
                 ctx.pre_execution_errors, seconds = found
                 self.front_seconds += seconds

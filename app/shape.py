@@ -257,6 +257,38 @@ def lexical_problem(query: str, max_tokens: int) -> TextRefused | None:
     return None
 
 
+def operations_of(query: str) -> list[tuple[OperationType, str | None]]:
+    """A text's operations (type, name), read from its tokens as lexical_problem reads them, without parsing: for
+    a refusal made before the text is read (app.cost.ReaderBusy), each transport choosing the one it refuses."""
+    tokens = [t for t in _TOKEN.findall(query) if t[0] != "#"]
+    operations: list[tuple[OperationType, str | None]] = []
+    braces = parens = 0
+    start = True
+    for i, token in enumerate(tokens):
+        if start:
+            following = tokens[i + 1] if i + 1 < len(tokens) else ""
+            if token == "{":
+                operations.append((OperationType.QUERY, None))
+            elif token in _OPERATIONS:
+                operations.append((_OPERATIONS[token], following if _NAME.fullmatch(following) else None))
+            start = False
+        if token == "(":
+            parens += 1
+        elif token == ")":
+            parens -= 1
+        elif token == "{" and parens == 0:
+            braces += 1
+        elif token == "}" and parens == 0:
+            braces -= 1
+            start = braces == 0
+    return operations or [(OperationType.QUERY, None)]
+
+
+def refused_unread(error: GraphQLError, query: str) -> TextRefused:
+    """`error` as a refusal of `query` made before reading it (its operations from operations_of)."""
+    return _refused(error.message, dict(error.extensions or {}), operations_of(query))
+
+
 def _too_many_tokens(max_tokens: int, operations: list) -> TextRefused:
     return _refused(f"Syntax Error: Document contains more than {max_tokens} tokens. Parsing aborted.",
                     {"code": "GRAPHQL_PARSE_FAILED"}, operations)

@@ -210,7 +210,8 @@ def distinct_invalid_document(n: int) -> str:
 
 ATTACK_ROWS = ("two connections of invalid 10 kB documents", "four requests of 19 kB (overlapping fields)",
                "2,200 distinct 12 kB invalid documents", "four funded keys looping heavy operations",
-               "random Bearer keys", "four WebSockets flooding subscriptions past their limit", "2,500 idle sockets")
+               "random Bearer keys", "four WebSockets flooding subscriptions past their limit", "2,500 idle sockets",
+               "distinct 12 kB invalid documents from 100 addresses")
 
 
 async def flood_websocket(base: str, address: str, arxiv_id: str, until: float, sent: Any = None,
@@ -402,6 +403,12 @@ async def attacks(url: str, top: str, ids: list[str], seconds: float, rows: list
                 # addresses.
                 tasks = [loop(f"{attackers}.{20 + n}",
                               lambda: {"json": {"query": distinct_invalid_document(next(counter))}}) for n in range(5)]
+            elif name == "distinct 12 kB invalid documents from 100 addresses":
+                counter = iter(range(10**9))
+                # The row above from a hundred addresses at once (a client with many, or many clients): each
+                # address is within its own budget, so what bounds the reading is the server's, not a client's.
+                tasks = [loop(f"{attackers}.{100 + n}",
+                              lambda: {"json": {"query": distinct_invalid_document(next(counter))}}) for n in range(100)]
             elif name == "four funded keys looping heavy operations":
                 mix, turn = heavy_mix(top), iter(range(10**9))
                 tasks = [loop(f"{attackers}.{60 + n}", lambda k=k: {"json": mix[next(turn) % len(mix)],

@@ -122,6 +122,9 @@ def documents() -> dict[str, object]:
             4, lambda n: {"json": {"query": "{ __typename " + ' paper(arxivId: "x") { title }' * 550 + " }"}}),
         "distinct 12 kB invalid documents": (5, lambda n: {"json": {"query": distinct_invalid_document(
             next(counter))}}),
+        # The same from a hundred addresses, each within its own budget: the server's reader bounds them together.
+        "distinct 12 kB invalid documents from 100 addresses": (100, lambda n: {"json": {
+            "query": distinct_invalid_document(next(counter))}}),
         "random Bearer keys": (2, lambda n: {"json": {"query": "{ __typename }"},
                                              "headers": {"authorization": f"Bearer pith_{secrets.token_hex(16)}"}}),
     }
@@ -160,7 +163,7 @@ async def attack(server: LiveServer, keys: list[str], name: str, until: float) -
         if name in documents():
             count, make = documents()[name]  # type: ignore[misc]
             tag = ROWS.index(name)
-            await asyncio.gather(*(loop(client, f"203.0.113.{10 * tag + n}", make) for n in range(count)))
+            await asyncio.gather(*(loop(client, f"203.0.{113 + tag}.{n}", make) for n in range(count)))
         elif name == WS_FLOOD:
             await asyncio.gather(*(flood_websocket(server.base, f"203.0.113.{200 + n}", HUB, until)
                                    for n in range(4)))

@@ -103,6 +103,79 @@ async def test_a_long_document_not_seen_before_is_read_in_the_reader_thread(serv
     assert [e["extensions"]["code"] for e in answer.json()["errors"]] == ["QUERY_TOO_COMPLEX"]
 
 
+async def test_the_reader_holds_a_bounded_number_of_long_documents_and_refuses_the_rest_unread(database_url,
+                                                                                              statements):
+    """Whoever sends them, a process's reader thread holds at most READER_WAITING long documents (reading or
+    waiting): the next is refused at once, before it is read, 503 with Retry-After over HTTP and the same
+    SERVICE_UNAVAILABLE error from the pipeline (a WebSocket's path); short documents are answered meanwhile, and
+    once the reader is free every document waiting is answered and the refused one is read."""
+    from app.limits import OFF_LOOP_CHARS, READER_WAITING
+
+    def unknown(n: int) -> str:
+        return "{ d%d %s }" % (n, " ".join(f"r{n}x{i:06d}" for i in range(400)))
+
+    documents = [unknown(7_000 + i) for i in range(READER_WAITING + 2)]
+    assert all(len(d) >= OFF_LOOP_CHARS for d in documents)
+    async for served in serve(database_url, statements, expect_5xx=True):  # (a 503 is this test's answer)
+        await reader_full(served, documents)
+
+
+async def reader_full(served, documents: list[str]) -> None:
+    import threading
+
+    from app import cost
+    from app.context import Context
+    from app.limits import READER_WAITING
+    from app.schema import schema
+
+    gate = threading.Event()
+    cost._READER.submit(gate.wait, 60)  # the reader thread busy with something else
+    try:
+        waiting = [asyncio.ensure_future(served.client.post("/graphql", json={"query": d}))
+                   for d in documents[:READER_WAITING]]
+        for _ in range(3000):
+            if cost._in_reader[0] >= READER_WAITING:
+                break
+            await asyncio.sleep(0.01)
+        assert cost._in_reader[0] == READER_WAITING
+        refused_before, read_before = cost.READER_REFUSED[0], cost.READ_IN_THREAD[0]
+        answer = await served.client.post("/graphql", json={"query": documents[-2]})
+        assert answer.status_code == 503 and answer.headers["retry-after"], answer.text[:300]
+        error = answer.json()["errors"][0]
+        assert error["extensions"]["code"] == "SERVICE_UNAVAILABLE" and "long documents" in error["message"], error
+        streamed = await schema.execute(documents[-1], context_value=Context(session=None))
+        assert [e.extensions["code"] for e in streamed.errors] == ["SERVICE_UNAVAILABLE"], streamed.errors
+        assert cost.READER_REFUSED[0] - refused_before == 2 and cost.READ_IN_THREAD[0] == read_before  # unread
+        short = await served.client.post("/graphql", json={"query": "{ __typename }"})
+        assert short.status_code == 200 and short.json()["data"] == {"__typename": "Query"}
+        assert not any(w.done() for w in waiting)
+    finally:
+        gate.set()
+    for n, answer in enumerate(await asyncio.gather(*waiting)):
+        assert answer.status_code == 200, answer.text[:300]
+        assert answer.json()["errors"][0]["message"].startswith(f"Cannot query field 'd{7_000 + n}'")
+    for document in documents[-2:]:  # the reader free again: read
+        answer = await served.client.post("/graphql", json={"query": document})
+        assert answer.status_code == 200 and "Cannot query field" in answer.json()["errors"][0]["message"]
+    assert cost._in_reader[0] == 0
+
+
+async def test_the_operations_of_an_unread_text_are_the_parsers():
+    """A refusal made before reading a text (the reader full) names the text's operations as the parser would
+    find them, so each transport refuses the operation it was asked for."""
+    from graphql import parse
+
+    from app.shape import operations_of
+
+    texts = ['{ a }', 'query Q($x: In = {a: {b: 1}}) { a { b } } subscription S { c }',
+             'fragment F on Query { a { b } } mutation M { d } { e }', '# {\nquery { a(s: "{") }',
+             'subscription($v: [Int] = [1, 2]) @x(y: "}") { a(b: {c: "{"}) }']
+    for text in texts:
+        found = [(d.operation, d.name.value if d.name else None) for d in parse(text).definitions
+                 if hasattr(d, "operation")]
+        assert operations_of(text) == found, text
+
+
 async def test_a_document_read_and_let_go_leaves_nothing_to_the_collector():
     """Reading a document (parse, shape, validation) leaves no reference cycle behind: graphql-core's parser links
     each token to the one before it, and its validation's visitors keep their own bound methods, its rules the

@@ -34,9 +34,9 @@ from app import http
 from app.context import Context
 from app.db.pool import governor_pool
 from app.governor import Unauthenticated, rate_limit_headers
-from app.cost import read_off_loop
+from app.cost import ReaderBusy, read_off_loop
 from app.limits import (MAX_BODY_BYTES, MAX_QUERY_STRING_BYTES, MAX_SUBSCRIPTIONS_PER_CONNECTION, MAX_TOKENS,
-                        MAX_VARIABLES_BYTES)
+                        MAX_VARIABLES_BYTES, RETRY_AFTER_SECONDS)
 from app.live import StoppableSocket
 from app.persisted import PersistedQueryError, requested_hash
 from app.pipeline import outcome_status, over_budget
@@ -46,6 +46,16 @@ if TYPE_CHECKING:
     from app.state import App
 
 DEADLINE_MARGIN = 0.5  # past its deadline, a request still waiting for anything is answered 504
+
+
+async def _read(query: str, media: str | None) -> None:
+    """A long text read in the reader thread (app.cost.read_off_loop); 503 with Retry-After, unread, when the
+    reader holds as many as it may (its refusal charged to the client as any refused request is)."""
+    try:
+        await read_off_loop(query, MAX_TOKENS)
+    except ReaderBusy as exc:
+        raise Answer(http.transport_error(503, exc.message, "SERVICE_UNAVAILABLE", media,
+                                          {"Retry-After": RETRY_AFTER_SECONDS})) from None
 
 
 class Answer(Exception):
@@ -258,7 +268,7 @@ class GraphQLView(StrawberryGraphQL[Context, None]):
         try:
             params = http.GraphQLParams.of(body, MAX_VARIABLES_BYTES)
             if params.query:  # a long text not seen before is read in the reader thread, not on the event loop
-                await read_off_loop(params.query, MAX_TOKENS)
+                await _read(params.query, media)
             if streams is None:  # the Accept allows JSON and a stream: subscriptions stream, the rest is JSON
                 streams = http.is_subscription(params.query, params.operation_name)
             transport = self._get_stream_transport_from_headers(request.headers) if streams else None
@@ -279,7 +289,7 @@ class GraphQLView(StrawberryGraphQL[Context, None]):
             status = exc.status if exc.status != 200 or media != http.GRAPHQL_RESPONSE else 400
             raise Answer(http.graphql_response({"errors": [http.error_entry(exc.message, exc.code)]}, status,
                                                media)) from None
-        await read_off_loop(query, MAX_TOKENS)
+        await _read(query, media)
         problem = http.operation_problem(query, params.operation_name)  # its parse charged with the operation
         if problem is not None:
             raise Answer(http.resolution_failure(problem, media))
