@@ -23,7 +23,9 @@
 - Heavy operations (priced above HEAVY_COST) take a slot: at most HEAVY_PER_CLIENT per client, HEAVY_SLOTS
   per process and `heavy_slots` in the whole server (its workers share them through lock files:
   SharedSlots) run at once, the rest wait their turn (within their deadline), so cheap lookups keep
-  connections, the event loop and a core.
+  connections, the event loop and a core. Every operation priced over LIGHT_COST (heavy or not) also takes one
+  of the process's COSTLY_SLOTS: however many clients send them, each within its own budget, a lookup shares
+  the process with at most that many, whose statements and stretches wait for it (LightFirst).
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from uuid import UUID, uuid4
 import asyncpg
 
 from app.db.pool import connection, governor_pool
-from app.limits import (HEAVY_COST, HEAVY_PER_CLIENT, HEAVY_SLOTS, LIGHT_COST, LIGHT_FIRST_SECONDS,
+from app.limits import (COSTLY_SLOTS, HEAVY_COST, HEAVY_PER_CLIENT, HEAVY_SLOTS, LIGHT_COST, LIGHT_FIRST_SECONDS,
                         READING_SECONDS_PER_REQUEST)
 from loaders.system import KEYS, LIVE_KEYS
 
@@ -237,6 +239,21 @@ def client_address(peer: str | None, headers: Any, trusted: tuple[Network, ...],
         if not is_trusted(hop):
             return hop
         address = hop
+    return address
+
+
+def anonymous_network(address: str) -> str:
+    """Who an anonymous address is: an IPv4 address itself; an IPv6 address its /64, the least a network gives one
+    subscriber (RFC 6177), so a host cannot take a new budget with each of its 2^64 addresses; an IPv4-mapped
+    IPv6 address its IPv4 address."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address  # ("unknown": no peer)
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
     return address
 
 
@@ -546,6 +563,7 @@ class Governor:
         per_process = max(1, min(heavy_slots, HEAVY_SLOTS))
         self.heavy = asyncio.Semaphore(per_process)
         self.shared = SharedSlots(heavy_locks, max(1, heavy_slots), per_process) if heavy_locks else None
+        self.costly = asyncio.Semaphore(COSTLY_SLOTS)
         self.light_first = LightFirst()
         self._per_client: dict[str, asyncio.Semaphore] = {}
         self._key_table: dict[bytes, asyncpg.Record] | None = None  # every valid key, by digest
@@ -555,12 +573,13 @@ class Governor:
         self._anonymous: dict[str, Client] = {}
 
     def anonymous(self, address: str) -> Client:
-        """The client an address is (one object per address, reused)."""
+        """The client an address is (one object per address, reused): its budget, pace, slots and quotas are its
+        network's (anonymous_network)."""
         found = self._anonymous.get(address)
         if found is None:
             if len(self._anonymous) > 100_000:
                 self._anonymous.clear()
-            found = self._anonymous[address] = Client(id=f"ip:{address}", address=address,
+            found = self._anonymous[address] = Client(id=f"ip:{anonymous_network(address)}", address=address,
                                                       points_per_hour=self.anonymous_points_per_hour)
         return found
 
@@ -718,6 +737,13 @@ class Governor:
             except BaseException:
                 self.settle(ticket, None)
                 raise
+        if not ticket.light:
+            try:
+                await self.costly.acquire()
+            except BaseException:
+                self.settle(ticket, None)
+                raise
+            ticket.held.append(self.costly)
         return ticket
 
     async def charge(self, client: Client, points: int) -> None:

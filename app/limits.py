@@ -78,6 +78,11 @@ HEAVY_COST: Final = 5_000  # operations priced above this are heavy: they take a
 # Operations priced at most this are light: every other one's turns of the event loop wait while a light one is in
 # flight in its process (app.governor.LightFirst). A lookup is priced a few units, a page of 100 a few hundred.
 LIGHT_COST: Final = 500
+# Operations priced over LIGHT_COST running at once in a process (heavy ones among them); the others wait their turn,
+# holding no connection, within their deadline. With forty clients each within its budget looping a paper's citers
+# and what each cites (~900 units), a lookup waited a round of every one in flight at each of its steps (for a
+# connection too): its p99 94x its unloaded p99.
+COSTLY_SLOTS: Final = 2
 HEAVY_PER_CLIENT: Final = 1  # heavy operations one client may run at once (the rest wait their turn)
 HEAVY_SLOTS: Final = 2  # heavy operations at once per process, at most by default (app.settings.heavy_slots_for)
 # Python work one operation does between turns of the event loop (completing a long list, converting

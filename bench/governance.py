@@ -211,7 +211,8 @@ def distinct_invalid_document(n: int) -> str:
 ATTACK_ROWS = ("two connections of invalid 10 kB documents", "four requests of 19 kB (overlapping fields)",
                "2,200 distinct 12 kB invalid documents", "four funded keys looping heavy operations",
                "random Bearer keys", "four WebSockets flooding subscriptions past their limit", "2,500 idle sockets",
-               "distinct 12 kB invalid documents from 100 addresses")
+               "distinct 12 kB invalid documents from 100 addresses", "QUERY_TOO_COSTLY operations from 60 addresses",
+               "19 kB of variables from 40 addresses", "nested lookups from 40 addresses")
 
 
 async def flood_websocket(base: str, address: str, arxiv_id: str, until: float, sent: Any = None,
@@ -361,6 +362,10 @@ async def attacks(url: str, top: str, ids: list[str], seconds: float, rows: list
     else:
         light_net = f"198.51.{random.randrange(100, 200)}"
         attackers = f"203.{random.randrange(1, 255)}.{random.randrange(1, 255)}"  # theirs too (each an address)
+    def another() -> str:  # a network of addresses for one row (each address's budget its own, unspent)
+        return f"127.{random.randrange(1, 255)}.{random.randrange(1, 255)}" if proxied else \
+            f"203.{random.randrange(1, 255)}.{random.randrange(1, 255)}"
+
     results: dict = {}
     slowest = 0.0
     pool = concurrent.futures.ProcessPoolExecutor(max_workers=1)
@@ -407,8 +412,29 @@ async def attacks(url: str, top: str, ids: list[str], seconds: float, rows: list
                 counter = iter(range(10**9))
                 # The row above from a hundred addresses at once (a client with many, or many clients): each
                 # address is within its own budget, so what bounds the reading is the server's, not a client's.
-                tasks = [loop(f"{attackers}.{100 + n}",
+                net = another()
+                tasks = [loop(f"{net}.{100 + n}",
                               lambda: {"json": {"query": distinct_invalid_document(next(counter))}}) for n in range(100)]
+            elif name == "QUERY_TOO_COSTLY operations from 60 addresses":
+                # 100 papers' inbound pages with each citer's own: parsed, validated and priced, then refused.
+                costly = {"query": "{ papers(arxivIds: [%s]) { inbound(first: 100) { edges { node { citingPaper { "
+                          "inbound(first: 100) { totalCount } } } } } } }" % ", ".join(f'"{i}"' for i in ids[:100])}
+                net = another()
+                tasks = [loop(f"{net}.{1 + n}", lambda: {"json": costly}) for n in range(60)]
+            elif name == "19 kB of variables from 40 addresses":
+                # 1,500 ids for a list that takes 100: read and coerced, then refused.
+                many = {"query": "query($ids: [String!]!) { papers(arxivIds: $ids) { title } }",
+                        "variables": {"ids": [ids[n % len(ids)] for n in range(1500)]}}
+                net = another()
+                tasks = [loop(f"{net}.{1 + n}", lambda: {"json": many}) for n in range(40)]
+            elif name == "nested lookups from 40 addresses":
+                # Admitted work, each address within its budget: a paper's citers and what each of them cites.
+                nested = {"query": "query($a: String!) { paper(arxivId: $a) { inbound(first: 20) { edges { node { "
+                          "citingPaper { title outbound(first: 20) { edges { node { citedPaper { title } } } } } } } } "
+                          "} }"}
+                net = another()
+                tasks = [loop(f"{net}.{1 + n}", lambda: {"json": {**nested, "variables": {
+                    "a": random.choice(ids)}}}) for n in range(40)]
             elif name == "four funded keys looping heavy operations":
                 mix, turn = heavy_mix(top), iter(range(10**9))
                 tasks = [loop(f"{attackers}.{60 + n}", lambda k=k: {"json": mix[next(turn) % len(mix)],
