@@ -77,6 +77,29 @@ async def test_budgets_logs_and_the_operator_check_see_the_same_client(behind_pr
 
 
 @ASYNC
+async def test_an_ipv6_client_is_its_64_whatever_address_of_it_it_sends_from(behind_proxy):
+    """Every address of an IPv6 /64 is one anonymous client (budget, pace, slots, quotas); the next /64 another;
+    an IPv4-mapped address its IPv4 one. The access line still names the address itself."""
+    from app.governor import anonymous_network
+
+    assert anonymous_network("2001:db8:7:1::1") == anonymous_network("2001:db8:7:1:ffff:ffff:ffff:ffff")
+    assert anonymous_network("2001:db8:7:1::1") != anonymous_network("2001:db8:7:2::1")
+    assert anonymous_network("::ffff:198.51.100.9") == anonymous_network("198.51.100.9") == "198.51.100.9"
+    async with httpx.AsyncClient(base_url=behind_proxy.base, timeout=10) as client:
+        async def left(address: str) -> int:
+            answer = await client.post("/graphql", json={"query": QUERY}, headers={"x-forwarded-for": address})
+            assert answer.status_code == 200, answer.text[:300]
+            return remaining(answer)
+
+        first = await left("2001:db8:7:1::1")
+        assert await left("2001:db8:7:1:a:b:c:d") < first  # another address of the same /64: the same hour
+        assert await left("2001:db8:7:1:ffff::2") < first
+        assert await left("2001:db8:7:2::1") > first - 1  # the next /64: an hour of its own
+    lines = [line for line in behind_proxy.logs().splitlines() if "pith.access" in line]
+    assert any("client=2001:db8:7:1:a:b:c:d" in line for line in lines), lines[-5:]
+
+
+@ASYNC
 async def test_websocket_quotas_follow_the_same_client(behind_proxy):
     url = behind_proxy.base.replace("http://", "ws://") + "/graphql"
 
