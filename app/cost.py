@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import heapq
+import itertools
 import time
 from collections import OrderedDict
 from contextvars import ContextVar
@@ -689,20 +691,19 @@ async def _in_reader_thread(fn: Callable[..., Any], *args: Any) -> tuple[Any, fl
     """fn(*args) run in the reader thread, and the seconds it took there. A document waits for one of the
     READER_WAITING places (held until the thread is done with it, whether its request waited or left) at most
     READER_WAIT_SECONDS, its text alone held meanwhile; then ReaderBusy, unread. (Waiting, not refused at once: a
-    client refused at once sends its next document at once, and refusing it costs the event loop too.)"""
+    client refused at once sends its next document at once, and refusing it costs the event loop too.) Places go
+    to the waiting client with the most of its pace left (READER_STANDING), so a client that reads little is not
+    queued behind those that read much."""
     places = _places()
-    try:
-        async with asyncio.timeout(READER_WAIT_SECONDS):
-            await places.acquire()
-    except TimeoutError:
+    if not await places.take(-READER_STANDING.get(), READER_WAIT_SECONDS):
         READER_REFUSED[0] += 1
-        raise ReaderBusy() from None
+        raise ReaderBusy()
     loop = asyncio.get_running_loop()
     _in_reader[0] += 1
 
     def left(_: Any) -> None:
         _in_reader[0] -= 1
-        places.release()
+        places.give()
 
     try:
         future = _READER.submit(_paced, fn, *args)
@@ -713,14 +714,56 @@ async def _in_reader_thread(fn: Callable[..., Any], *args: Any) -> tuple[Any, fl
     return await asyncio.wrap_future(future)
 
 
-_PLACES: list[tuple[Any, asyncio.Semaphore]] = []
+# How much of its pace the requesting client has left (app.governor.Governor.standing), set as a request is
+# identified: the reader's places go to the waiting client with the most.
+READER_STANDING: ContextVar[float] = ContextVar("reader_standing", default=0.0)
 
 
-def _places() -> asyncio.Semaphore:
+class Places:
+    """`free` places, taken by rank (the lowest first, then in order of asking) by waiters that give up at their
+    own time."""
+
+    def __init__(self, free: int) -> None:
+        self.free = free
+        self._waiting: list[tuple[float, int, asyncio.Future]] = []
+        self._asked = itertools.count()
+
+    async def take(self, rank: float, seconds: float) -> bool:
+        """A place (True), at once or within `seconds`; False when none came in time."""
+        if self.free > 0 and not self._waiting:
+            self.free -= 1
+            return True
+        given = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiting, (rank, next(self._asked), given))
+        try:
+            async with asyncio.timeout(seconds):
+                await given
+            return True
+        except BaseException as exc:
+            if given.done() and not given.cancelled():
+                self.give()  # given as the waiter gave up or left: the next has it
+            if isinstance(exc, TimeoutError):
+                return False
+            raise
+
+    def give(self) -> None:
+        """A place back: to the first waiter still waiting, else free."""
+        while self._waiting:
+            _, _, given = heapq.heappop(self._waiting)
+            if not given.done():
+                given.set_result(None)
+                return
+        self.free += 1
+
+
+_PLACES: list[tuple[Any, Places]] = []
+
+
+def _places() -> Places:
     """The reader's places, for the running event loop (a worker has one; tests start several)."""
     loop = asyncio.get_running_loop()
     if not _PLACES or _PLACES[0][0] is not loop:
-        _PLACES[:] = [(loop, asyncio.Semaphore(READER_WAITING))]
+        _PLACES[:] = [(loop, Places(READER_WAITING))]
     return _PLACES[0][1]
 
 

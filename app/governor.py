@@ -410,6 +410,13 @@ class Pace:
         self._buckets[client_id] = (tokens, now)
         return (1 - tokens) / self.rate
 
+    def left(self, client_id: str) -> float:
+        """The client's tokens now (a burst for one not seen lately), taking none."""
+        found = self._buckets.get(client_id)
+        if found is None:
+            return float(self.burst)
+        return min(self.burst, found[0] + (self.clock() - found[1]) * self.rate)
+
     def reserve(self, client_id: str) -> float:
         """A token for a message that is to wait its turn rather than be refused: taken now (the balance may go
         below zero, by at most a burst), with the seconds to wait until it was due (0.0: at once)."""
@@ -687,6 +694,14 @@ class Governor:
         if scope is not None:
             scope["pith.paced"] = refused
         return refused
+
+    def standing(self, client: Client) -> float:
+        """How much of its pace the client has left, as a share of its burst (1.0: all; below 0: in debt, its
+        reading spent ahead); 1.0 without pacing. Who goes first where requests wait for the same thing (the
+        reader's places: app.cost.READER_STANDING)."""
+        if self.paces is None:
+            return 1.0
+        return self.paces.left(client.id) / self.paces.burst
 
     def pace_reading(self, client: Client, seconds: float) -> None:
         """A document's reading (parse and validation, measured) taken against the client's pace: a request's

@@ -18,8 +18,9 @@ from strawberry.extensions import MaskErrors, SchemaExtension
 from strawberry.types import ExecutionResult
 
 from app.db.pool import DeadlinePassed, StatementTimeout
-from app.cost import (READING, DataScale, PaperSize, Price, ReaderBusy, _parsed, _plan, actual_units, checked,
-                      operation_price, paper_sizes, priced_papers, read_off_loop, refusal, validated_off_loop)
+from app.cost import (READER_STANDING, READING, DataScale, PaperSize, Price, ReaderBusy, _parsed, _plan,
+                      actual_units, checked, operation_price, paper_sizes, priced_papers, read_off_loop, refusal,
+                      validated_off_loop)
 from app.errors import OperationError, deadline_error
 from app.governor import RateLimited, Ticket, TooFast
 from app.http import document_operation_problem
@@ -408,6 +409,9 @@ class RequestPipeline(SchemaExtension):
     async def on_parse(self):  # type: ignore[override]
         ctx = self.execution_context
         if ctx.graphql_document is None and ctx.query:
+            governor, client = getattr(ctx.context, "governor", None), getattr(ctx.context, "client", None)
+            if governor is not None and client is not None:  # (a WebSocket's operation: its client's standing)
+                READER_STANDING.set(governor.standing(client))
             try:
                 await read_off_loop(ctx.query, self.max_tokens)  # a long text: in the reader thread
             except ReaderBusy as exc:  # refused unread, as a text refused from its text alone is

@@ -160,6 +160,56 @@ async def reader_full(served, documents: list[str]) -> None:
     assert cost._in_reader[0] == 0
 
 
+async def test_the_readers_places_go_to_the_client_that_read_least_and_none_is_lost():
+    """Places are taken by rank (a client's standing: the most of its pace left first), then in order of asking;
+    a waiter that gives up takes none with it, and one given a place as it left passes it on."""
+    from app.cost import Places
+
+    places = Places(1)
+    assert await places.take(0.0, 1)  # free: at once
+    order: list[str] = []
+
+    async def wait(name: str, rank: float, seconds: float = 30) -> None:
+        if await places.take(rank, seconds):
+            order.append(name)
+
+    debtor = asyncio.ensure_future(wait("debtor", 0.5))
+    await asyncio.sleep(0)
+    quitter = asyncio.ensure_future(wait("quitter", -2.0, 0.01))  # the best rank, but it gives up first
+    await asyncio.sleep(0)
+    fresh = asyncio.ensure_future(wait("fresh", -1.0))
+    await asyncio.wait_for(quitter, 5)
+    places.give()  # the first holder's place: to the best rank still waiting
+    await asyncio.wait_for(fresh, 5)
+    places.give()  # fresh's, back
+    await asyncio.wait_for(debtor, 5)
+    assert order == ["fresh", "debtor"]
+    places.give()  # debtor's, back: free again
+    assert places.free == 1 and await places.take(0.0, 0.01)
+    cancelled = asyncio.ensure_future(wait("cancelled", 0.0))
+    await asyncio.sleep(0)
+    places.give()  # given to a waiter that is cancelled before it runs: handed on, not lost
+    cancelled.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    assert places.free == 1 and not places._waiting
+
+
+async def test_a_clients_standing_falls_with_what_it_reads():
+    """A client's standing (its pace left, as a share of its burst) is what orders the reader's places: a fresh
+    client 1.0, one whose documents took long to read below it, in debt below 0."""
+    from app.governor import Governor
+
+    governor = Governor(lambda: None, anonymous_points_per_hour=None, requests_per_second=20)
+    reader, fresh = governor.anonymous("198.51.100.20"), governor.anonymous("198.51.100.21")
+    assert governor.standing(fresh) == 1.0
+    governor.pace_reading(reader, 0.030)  # 30 ms of reading: 29 tokens more than a request's
+    assert governor.standing(reader) < 0.5 < governor.standing(fresh)
+    for _ in range(5):
+        governor.pace_reading(reader, 0.030)
+    assert governor.standing(reader) < 0 < governor.standing(fresh)
+
+
 async def test_the_operations_of_an_unread_text_are_the_parsers():
     """A refusal made before reading a text (the reader full) names the text's operations as the parser would
     find them, so each transport refuses the operation it was asked for."""

@@ -34,7 +34,7 @@ from app import http
 from app.context import Context
 from app.db.pool import governor_pool
 from app.governor import Unauthenticated, rate_limit_headers
-from app.cost import ReaderBusy, read_off_loop
+from app.cost import READER_STANDING, ReaderBusy, read_off_loop
 from app.limits import (MAX_BODY_BYTES, MAX_QUERY_STRING_BYTES, MAX_SUBSCRIPTIONS_PER_CONNECTION, MAX_TOKENS,
                         MAX_VARIABLES_BYTES, RETRY_AFTER_SECONDS)
 from app.live import StoppableSocket
@@ -158,6 +158,7 @@ class GraphQLView(StrawberryGraphQL[Context, None]):
         request.scope["pith.client"] = client
         # Spent, or too fast: 429 before the body is read.
         refused = over_budget(self.state.governor, client, request.scope)
+        READER_STANDING.set(self.state.governor.standing(client))
         if refused is not None:
             media = http.response_media_type(request.headers.get("accept")) or http.GRAPHQL_RESPONSE
             response = self.state.respond(ExecutionResult(data=None, errors=[refused]), media)
