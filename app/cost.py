@@ -28,7 +28,7 @@ from graphql import (
     SelectionSetNode,
     value_from_ast_untyped,
 )
-from graphql.error import GraphQLError
+from graphql.error import GraphQLError, GraphQLSyntaxError
 
 from app.cursors import decode_token
 from app.errors import QueryCostError, UserInputError
@@ -662,8 +662,10 @@ def _copied(error: GraphQLError) -> GraphQLError:
 
     if isinstance(error, TextRefused):
         return error.copy()
-    return GraphQLError(error.message, source=error.source, positions=error.positions,
-                        extensions=error.extensions)
+    extensions = error.extensions
+    if isinstance(error, GraphQLSyntaxError):  # (a copy is no longer one: its code says what it was)
+        extensions = {**(extensions or {}), "code": "GRAPHQL_PARSE_FAILED"}
+    return GraphQLError(error.message, source=error.source, positions=error.positions, extensions=extensions)
 
 
 # Reading a long document not seen before (parsing it, checking its shape, validating it: pure Python, ~30 ms for

@@ -13,14 +13,14 @@ import time
 from typing import Any
 
 import asyncpg
-from graphql import GraphQLError
+from graphql import GraphQLError, OperationType
 from strawberry.extensions import MaskErrors, SchemaExtension
 from strawberry.types import ExecutionResult
 
 from app.db.pool import DeadlinePassed, StatementTimeout
 from app.cost import (READER_STANDING, READING, DataScale, PaperSize, Price, ReaderBusy, _parsed, _plan,
-                      actual_units, checked, operation_price, paper_sizes, priced_papers, read_off_loop, refusal,
-                      validated_off_loop)
+                      actual_units, checked, operation_price, paper_sizes, priced_papers, read_in_thread,
+                      read_off_loop, refusal, validated_off_loop)
 from app.errors import OperationError, deadline_error
 from app.governor import RateLimited, Ticket, TooFast
 from app.http import document_operation_problem
@@ -431,17 +431,25 @@ class RequestPipeline(SchemaExtension):
     def _parse(self) -> None:
         ctx = self.execution_context
         if ctx.graphql_document is None and ctx.query:
-            # A document that does not parse is not cached: Strawberry's own parse (same options, stopping
-            # at the same error) reports it inside its error handling, as a result every transport sends
-            # (an error raised from this hook escaped a stream: SSE dropped the connection, WebSockets
-            # sent a bare `complete`).
+            # A short text that does not parse is left to Strawberry's own parse (same options, stopping at
+            # the same error), which reports it inside its error handling, as a result every transport sends
+            # (an error raised from this hook escaped a stream: SSE dropped the connection, WebSockets sent a
+            # bare `complete`). A long one is not parsed again on the event loop: its parser's error (read in
+            # the reader thread) is its refusal, as a text refused unparsed is.
             try:
                 ctx.graphql_document = _parsed(ctx.query, self.max_tokens)
             except TextRefused as exc:  # refused unparsed: its operations stand in for it, validation answers it
                 self.refused = exc
                 ctx.graphql_document = exc.document()
-            except GraphQLError:
-                pass
+            except GraphQLError as exc:
+                if read_in_thread(ctx.query):
+                    # Its stand-in an operation this transport takes, by the name asked for: Strawberry checks
+                    # the type before validation reports the parser's error (which comes first, as its own did).
+                    allowed = {getattr(a, "value", a) for a in ctx.allowed_operations}
+                    kind = next((k for k in OperationType if k.value in allowed), OperationType.QUERY)
+                    self.refused = refused_unread(exc, ctx.query,
+                                                  [(kind, getattr(ctx, "_provided_operation_name", None))])
+                    ctx.graphql_document = self.refused.document()
 
     async def on_validate(self):  # type: ignore[override]
         ctx = self.execution_context

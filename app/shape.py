@@ -284,9 +284,14 @@ def operations_of(query: str) -> list[tuple[OperationType, str | None]]:
     return operations or [(OperationType.QUERY, None)]
 
 
-def refused_unread(error: GraphQLError, query: str) -> TextRefused:
-    """`error` as a refusal of `query` made before reading it (its operations from operations_of)."""
-    return _refused(error.message, dict(error.extensions or {}), operations_of(query))
+def refused_unread(error: GraphQLError, query: str,
+                   operations: list[tuple[OperationType, str | None]] | None = None) -> TextRefused:
+    """`error` as a refusal of `query` made without a parsed document (before reading it, or the parser's own
+    error), its place in the text kept, its operations those given or operations_of's."""
+    extensions = dict(error.extensions or {})
+    refused = TextRefused(error.message, source=error.source, positions=error.positions, extensions=extensions)
+    refused.operations = tuple(operations if operations is not None else operations_of(query))
+    return refused
 
 
 def _too_many_tokens(max_tokens: int, operations: list) -> TextRefused:

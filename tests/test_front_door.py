@@ -358,6 +358,37 @@ async def test_requests_refused_before_any_operation_are_charged_too(empty_datab
         assert answer.status_code == 429 and answer.headers["retry-after"], answer.status_code
 
 
+async def test_a_long_text_that_does_not_parse_gets_the_parsers_error_over_both_websocket_protocols(empty_database):
+    """A long text with a syntax error, answered without a parse on the event loop: still the parser's error (its
+    place, GRAPHQL_PARSE_FAILED) over graphql-ws (which carries only subscriptions) and graphql-transport-ws, with
+    or without an operation name, never a complaint about the operation's type."""
+    import websockets
+
+    document = "{ e1(%s) }}" % " ".join(f"a{j}: 7" for j in range(400))
+    server = LiveServer(empty_database, env={"PITH_ENV": "production"})
+    try:
+        for protocol, start in (("graphql-ws", "start"), ("graphql-transport-ws", "subscribe")):
+            async with websockets.connect(server.base.replace("http", "ws") + "/graphql",
+                                          subprotocols=[protocol]) as ws:
+                await ws.send(json.dumps({"type": "connection_init"}))
+                assert json.loads(await ws.recv())["type"] == "connection_ack"
+                for n, name in enumerate((None, "Named")):
+                    payload = {"query": document, **({"operationName": name} if name else {})}
+                    await ws.send(json.dumps({"id": str(n), "type": start, "payload": payload}))
+                    async with asyncio.timeout(30):  # (graphql-ws sends keep-alives without an id meanwhile)
+                        while True:
+                            message = json.loads(await ws.recv())
+                            if message.get("id") == str(n):
+                                break
+                    errors = message["payload"] if isinstance(message["payload"], list) \
+                        else message["payload"].get("errors", [message["payload"]])
+                    assert errors[0]["message"] == "Syntax Error: Unexpected '}'.", (protocol, name, message)
+                    assert errors[0]["extensions"]["code"] == "GRAPHQL_PARSE_FAILED", (protocol, name, message)
+                    assert errors[0]["locations"][0]["column"] == len(document), (protocol, name, message)
+    finally:
+        server.stop()
+
+
 async def test_the_same_refusal_over_websockets(empty_database):
     import websockets
 
@@ -544,11 +575,13 @@ async def test_the_variable_rules_run_wherever_a_variable_is_and_only_there(serv
                                                                  'query($a: String) { __typename }'))
 
 
-async def test_a_long_text_that_does_not_parse_is_parsed_once_in_the_reader_thread_and_once_by_strawberry(
+async def test_a_long_text_that_does_not_parse_is_parsed_once_in_the_reader_thread_and_never_on_the_loop(
         served, monkeypatch):
     """A long text with a syntax error at its end: parsed once in the reader thread, its error kept, so the view's
-    and the pipeline's readings of it (and a GET's validator) raise that error again without parsing; only
-    Strawberry's own parse, which reports it, runs on the event loop. It was four parses on the loop (77 ms)."""
+    and the pipeline's readings of it (and a GET's validator) raise that error again without parsing, and the
+    pipeline answers it as a text refused unparsed (Strawberry's own parse, which reported it on the event loop,
+    is not asked): the same answer, its place and GRAPHQL_PARSE_FAILED, on every transport. It was four parses on
+    the loop (77 ms), then one."""
     import threading
 
     from graphql.language.parser import Parser
@@ -570,4 +603,13 @@ async def test_a_long_text_that_does_not_parse_is_parsed_once_in_the_reader_thre
             answer = await served.client.get("/graphql", params={"query": document})
         assert answer.json()["errors"][0]["message"].startswith("Syntax Error"), answer.text[:200]
         in_thread = [p for p in parses if p.startswith("pith-reader")]
-        assert len(in_thread) == 1 and len(parses) - len(in_thread) == 1, (method, parses)
+        assert len(in_thread) == 1 and len(parses) == 1, (method, parses)
+        error = answer.json()["errors"][0]
+        assert error["extensions"]["code"] == "GRAPHQL_PARSE_FAILED" and error["locations"][0]["column"] > 2_000, error
+    document = "{ e9(%s) }}" % " ".join(f"a{j}: 7" for j in range(400))  # over SSE: the same error, then complete
+    parses.clear()
+    answer = await served.client.post("/graphql", json={"query": document}, headers={"accept": "text/event-stream"})
+    events = [line[len("data: "):] for line in answer.text.splitlines() if line.startswith("data: {")]
+    error = json.loads(events[0])["errors"][0]
+    assert error["extensions"]["code"] == "GRAPHQL_PARSE_FAILED" and error["message"].startswith("Syntax Error")
+    assert "event: complete" in answer.text and len(parses) == 1, parses
