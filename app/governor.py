@@ -108,7 +108,7 @@ class TooFast(Exception):
 
 @dataclass(frozen=True)
 class Client:
-    id: str  # "key:<uuid>" or "ip:<address>"
+    id: str  # "key:<uuid>" or "ip:<network>" (anonymous_network)
     address: str
     key_name: str | None = None
     points_per_hour: int | None = None  # None: no budget
@@ -697,11 +697,14 @@ class Governor:
 
     def standing(self, client: Client) -> float:
         """How much of its pace the client has left, as a share of its burst (1.0: all; below 0: in debt, its
-        reading spent ahead); 1.0 without pacing. Who goes first where requests wait for the same thing (the
-        reader's places: app.cost.READER_STANDING)."""
+        reading spent ahead); 1.0 without pacing; a client with a key one more (ahead of every anonymous one:
+        a flood from many addresses, each sending at a lookup's pace, stands as high as an ordinary anonymous
+        client). Who goes first where requests wait for the same thing (the reader's places:
+        app.cost.READER_STANDING)."""
+        keyed = 1.0 if client.id.startswith("key:") else 0.0
         if self.paces is None:
-            return 1.0
-        return self.paces.left(client.id) / self.paces.burst
+            return 1.0 + keyed
+        return self.paces.left(client.id) / self.paces.burst + keyed
 
     def pace_reading(self, client: Client, seconds: float) -> None:
         """A document's reading (parse and validation, measured) taken against the client's pace: a request's

@@ -208,6 +208,10 @@ async def test_a_clients_standing_falls_with_what_it_reads():
     for _ in range(5):
         governor.pace_reading(reader, 0.030)
     assert governor.standing(reader) < 0 < governor.standing(fresh)
+    from app.governor import Client
+
+    keyed = Client(id="key:00000000-0000-0000-0000-000000000001", address="198.51.100.22", points_per_hour=10_000)
+    assert governor.standing(keyed) > governor.standing(fresh)  # a client with a key ahead of any anonymous one
 
 
 async def test_the_operations_of_an_unread_text_are_the_parsers():
@@ -387,6 +391,55 @@ async def test_a_long_text_that_does_not_parse_gets_the_parsers_error_over_both_
                     assert errors[0]["locations"][0]["column"] == len(document), (protocol, name, message)
     finally:
         server.stop()
+
+
+async def test_malformed_websocket_operations_and_clients_that_leave_early_log_no_error(empty_database):
+    """An operation message of the wrong shape (a null or list payload, a list for an id, a number for the query,
+    a string for the variables) is the protocol's refusal (graphql-transport-ws: close 4400 with the reason;
+    graphql-ws: an error message), never an exception in the server; a client that closes its socket while its
+    operations are answered leaves no error in the log."""
+    import websockets
+
+    bad = [{"id": "1", "payload": None}, {"id": "2", "payload": []}, {"id": ["3"], "payload": {"query": "{ a }"}},
+           {"id": "4", "payload": {"query": 5}}, {"id": "5", "payload": {"query": "{ a }", "variables": "x"}}]
+    server = LiveServer(empty_database, env={"PITH_ENV": "production"})
+    url = server.base.replace("http", "ws") + "/graphql"
+
+    async def opened(protocol: str):  # noqa: ANN202
+        ws = await websockets.connect(url, subprotocols=[protocol])
+        await ws.send(json.dumps({"type": "connection_init"}))
+        assert json.loads(await ws.recv())["type"] == "connection_ack"
+        return ws
+
+    try:
+        for message in bad:
+            ws = await opened("graphql-transport-ws")
+            await ws.send(json.dumps({"type": "subscribe", **message}))
+            with pytest.raises(websockets.ConnectionClosed) as closed:
+                await asyncio.wait_for(ws.recv(), 30)
+            assert closed.value.rcvd.code == 4400 and closed.value.rcvd.reason, (message, closed.value.rcvd)
+            ws = await opened("graphql-ws")
+            await ws.send(json.dumps({"type": "start", **message}))
+            async with asyncio.timeout(30):
+                while (answer := json.loads(await ws.recv()))["type"] == "ka":
+                    pass
+            assert answer["type"] == "error" and answer["payload"]["message"], (message, answer)
+            await ws.close()
+        # Clients that leave while their operations are answered (long documents, refused or read).
+        for protocol, start in (("graphql-transport-ws", "subscribe"), ("graphql-ws", "start")):
+            for n in range(5):
+                ws = await opened(protocol)
+                for i in range(4):
+                    document = "{ d%d %s }" % (n * 10 + i, " ".join(f"w{protocol[8]}{n}x{i}x{j:05d}" for j in range(300)))
+                    await ws.send(json.dumps({"id": str(i), "type": start, "payload": {"query": document}}))
+                await ws.close()
+        await asyncio.sleep(1)
+        health = httpx.get(server.base + "/healthz", timeout=30)
+        assert health.status_code == 200
+    finally:
+        logs = server.logs()
+        server.stop()
+    assert not [line for line in logs.splitlines() if " ERROR " in line or "Traceback" in line], logs[-3000:]
 
 
 async def test_the_same_refusal_over_websockets(empty_database):

@@ -10,6 +10,7 @@ and `create_response` give the outcome's status and headers, gathered on the sub
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
@@ -22,10 +23,12 @@ from starlette.types import Receive, Scope, Send
 from strawberry.asgi import GraphQL as StrawberryGraphQL
 from strawberry.exceptions import MissingQueryError
 from strawberry.http import GraphQLRequestData
+from strawberry.http.exceptions import WebSocketDisconnected
 from strawberry.http.streaming import MultipartSubscriptionTransport, SSETransport
 from strawberry.schema.exceptions import CannotGetOperationTypeError, InvalidOperationTypeError
 from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import BaseGraphQLTransportWSHandler
 from strawberry.subscriptions.protocols.graphql_ws.handlers import BaseGraphQLWSHandler
+from strawberry.subscriptions.protocols.graphql_ws.types import ErrorMessage
 from strawberry.subscriptions import (GRAPHQL_SSE_PROTOCOL, GRAPHQL_TRANSPORT_WS_PROTOCOL, GRAPHQL_WS_PROTOCOL,
                                       MULTIPART_SUBSCRIPTION_PROTOCOL)
 from strawberry.types.graphql import OperationType
@@ -106,18 +109,52 @@ async def _charge_past_the_limit(handler: Any, running: int) -> None:
         await charge_refusal(getattr(context, "governor", None), getattr(context, "client", None))
 
 
+def _malformed(message: Any) -> str | None:
+    """What is wrong with an operation's message (graphql-transport-ws `subscribe`, graphql-ws `start`) that the
+    protocol's handler would otherwise fail on (a null payload, a list for an id): None when it is well formed.
+    A `query` may be null (a persisted document named by its hash); a missing one is the handler's to refuse."""
+    payload = message.get("payload")
+    if not isinstance(message.get("id"), str):
+        return "an operation's id must be a string"
+    if not isinstance(payload, dict):
+        return "an operation's payload must be an object ({\"query\": ..., \"variables\": {...}})"
+    for name, kind in (("query", str), ("operationName", str), ("variables", dict), ("extensions", dict)):
+        if payload.get(name) is not None and not isinstance(payload[name], kind):
+            return f"payload.{name} must be {'a string' if kind is str else 'an object'} or null"
+    return None
+
+
 class TransportWSHandler(BaseGraphQLTransportWSHandler[Context, None]):
     async def handle_subscribe(self, message: Any) -> None:
+        problem = _malformed(message)
+        if problem is not None:  # the protocol's answer to a malformed message: close 4400 with the reason
+            await self.handle_invalid_message(problem)
+            return
         if self.connection_acknowledged and message["id"] not in self.operations:
             await _charge_past_the_limit(self, len(self.operations))
         await super().handle_subscribe(message)
 
+    async def handle_task_exception(self, error: Exception) -> None:
+        if isinstance(error, WebSocketDisconnected):  # the client left before its answer: nothing went wrong here
+            return
+        await super().handle_task_exception(error)
+
 
 class WSHandler(BaseGraphQLWSHandler[Context, None]):
     async def handle_start(self, message: Any) -> None:
+        problem = _malformed(message)
+        if problem is not None:  # (graphql-ws has no close code for it: an error for the operation, if it has an id)
+            operation = message.get("id")
+            await self.send_message(ErrorMessage(type="error", id=operation if isinstance(operation, str) else "",
+                                                 payload={"message": problem}))
+            return
         if self.connection_acknowledged and message["id"] not in self.tasks:
             await _charge_past_the_limit(self, len(self.tasks))
         await super().handle_start(message)
+
+    async def handle_async_results(self, *args: Any, **kwargs: Any) -> None:
+        with contextlib.suppress(WebSocketDisconnected):  # the client left before its answer (else logged as a
+            await super().handle_async_results(*args, **kwargs)  # task exception never retrieved)
 
 
 class GraphQLView(StrawberryGraphQL[Context, None]):
