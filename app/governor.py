@@ -25,7 +25,7 @@
   SharedSlots) run at once, the rest wait their turn (within their deadline), so cheap lookups keep
   connections, the event loop and a core. Every operation priced over LIGHT_COST (heavy or not) also takes one
   of the process's COSTLY_SLOTS: however many clients send them, each within its own budget, a lookup shares
-  the process with at most that many, whose statements and stretches wait for it (LightFirst).
+  the process with at most that many, whose stretches wait for it (LightFirst).
 """
 
 from __future__ import annotations
@@ -734,8 +734,10 @@ class Governor:
 
         return paced
 
-    async def admit(self, client: Client, points: int, units: int) -> Ticket:
-        """Charge the budget, then (for heavy work) wait for a slot; RateLimited when over budget."""
+    async def admit(self, client: Client, points: int, units: int, costly_slot: bool = True) -> Ticket:
+        """Charge the budget, then (for heavy work) wait for a slot, and (for work over LIGHT_COST, `costly_slot`
+        unless the caller holds a database connection already) for a costly slot; RateLimited when over
+        budget."""
         await self.budgets.charge(client, points)
         ticket = Ticket(client, points, light_first=self.light_first, light=units <= LIGHT_COST)
         if ticket.light:
@@ -755,7 +757,7 @@ class Governor:
             except BaseException:
                 self.settle(ticket, None)
                 raise
-        if not ticket.light:
+        if not ticket.light and costly_slot:
             try:
                 await self.costly.acquire()
             except BaseException:

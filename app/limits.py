@@ -79,7 +79,8 @@ HEAVY_COST: Final = 5_000  # operations priced above this are heavy: they take a
 # flight in its process (app.governor.LightFirst). A lookup is priced a few units, a page of 100 a few hundred.
 LIGHT_COST: Final = 500
 # Operations priced over LIGHT_COST running at once in a process (heavy ones among them); the others wait their turn,
-# holding no connection, within their deadline. With forty clients each within its budget looping a paper's citers
+# holding no connection, within their deadline (one holding a connection already does not wait:
+# app.pipeline.admit). With forty clients each within its budget looping a paper's citers
 # and what each cites (~900 units), a lookup waited a round of every one in flight at each of its steps (for a
 # connection too): its p99 94x its unloaded p99.
 COSTLY_SLOTS: Final = 2

@@ -11,7 +11,6 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Final, Sequence
 import asyncpg
 
 from app.settings import Settings
-from loaders.base import TURN
 
 DEFAULT_STATEMENT_TIMEOUT_MS: Final = Settings.statement_timeout_ms
 _log = logging.getLogger("pith.db")
@@ -227,9 +226,6 @@ class Session:
         if task is not None:
             self._working.add(task)
         try:
-            wait = TURN.get()  # a costlier operation's statement waits for the light ones in flight
-            if wait is not None:
-                await wait()
             async with self._lock:
                 if self._closed:
                     raise SessionClosed("the request's database session is closed")
