@@ -734,10 +734,12 @@ class Governor:
 
         return paced
 
-    async def admit(self, client: Client, points: int, units: int, costly_slot: bool = True) -> Ticket:
-        """Charge the budget, then (for heavy work) wait for a slot, and (for work over LIGHT_COST, `costly_slot`
-        unless the caller holds a database connection already) for a costly slot; RateLimited when over
-        budget."""
+    async def admit(self, client: Client, points: int, units: int, session: Any = None) -> Ticket:
+        """Charge the budget, then (for heavy work) wait for a slot, and (for work over LIGHT_COST) for a costly
+        slot, unless the operation's `session` holds a connection already (its papers' sizes read for its price,
+        a transaction open): waiting so, slot holders that needed a connection waited for it (behind PgBouncer's
+        four, every one held) until the deadline. RateLimited when over budget."""
+        costly_slot = getattr(session, "statements", 0) == 0
         await self.budgets.charge(client, points)
         ticket = Ticket(client, points, light_first=self.light_first, light=units <= LIGHT_COST)
         if ticket.light:

@@ -43,13 +43,9 @@ async def admit(context: Any, price: Price) -> tuple[Ticket | None, GraphQLError
     if governor is None or client is None:
         return None, None  # in-process execution (tests, the command line): priced, not governed
     remaining = context.remaining()
-    # An operation whose session holds a connection already (its papers' sizes read for its price, a transaction
-    # open) does not wait for a costly slot: waiting so, slot holders that needed a connection more waited for it
-    # (behind PgBouncer's four, every one held), until the deadline.
-    holding = getattr(getattr(context, "session", None), "statements", 0) > 0
     try:
         async with asyncio.timeout(remaining):
-            ticket = await governor.admit(client, price.points, price.units, costly_slot=not holding)
+            ticket = await governor.admit(client, price.points, price.units, getattr(context, "session", None))
     except RateLimited as exc:
         return None, rate_limited_error(exc)
     except TimeoutError:

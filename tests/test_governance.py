@@ -511,8 +511,11 @@ async def test_a_process_runs_few_costly_operations_at_once_and_lookups_never_wa
     assert lookup.light
     # One whose session holds a connection already (its sizes read for its price) does not wait for a slot:
     # waiting so, behind PgBouncer's few server connections, the slot holders waited for it.
+    class Holding:  # a session that has sent a statement: its connection is held
+        statements = 1
+
     holding = await asyncio.wait_for(governor.admit(governor.anonymous("198.51.100.51"), 5, LIGHT_COST + 1,
-                                                    costly_slot=False), 5)
+                                                    Holding()), 5)
     governor.settle(holding, None)
     with pytest.raises(TimeoutError):
         await given_up

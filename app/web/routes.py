@@ -155,9 +155,12 @@ def routes(app: Any) -> list:  # app.state.App
                 fast = governor.pace(client, request.scope)
                 if fast is not None:
                     raise fast
-                ticket = await governor.admit(client, price.points, price.units)
+                async with asyncio.timeout(app.settings.request_timeout):  # a costly slot waited for within it
+                    ticket = await governor.admit(client, price.points, price.units)
             except (RateLimited, TooFast) as exc:
                 response = too_many(request, exc)
+            except TimeoutError:
+                response = error_for(request, 504, deadline_error(app.settings.request_timeout or 0).message)
             else:
                 try:
                     async with asyncio.timeout(app.settings.request_timeout):
@@ -424,7 +427,7 @@ retracted, with the source and time of every fact. Every record is a canonical, 
             deadline = app.settings.request_timeout or DEFAULT_REQUEST_TIMEOUT_SECONDS
             try:
                 async with asyncio.timeout(deadline):  # waiting for a heavy slot, too
-                    ticket = await governor.admit(client, price.points, price.units)
+                    ticket = await governor.admit(client, price.points, price.units, session)
             except RateLimited as exc:
                 return too_many(request, exc)
             except TimeoutError:
