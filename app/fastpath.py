@@ -283,18 +283,26 @@ class PreparedFastPath:
         if pool is None:
             return False
         governor = self.state.governor
-        try:  # the pipeline's own admission: who asks, their budget, a heavy slot
+        settings = self.state.settings
+        try:  # the pipeline's own admission: who asks, their budget, a heavy slot, within the deadline
             client = await self.state.identify(scope)
             if over_budget(governor, client, scope) is not None:
                 return False  # the full stack refuses it, in its words (the same answer: the scope keeps it)
-            ticket = await governor.admit(client, price.points, price.units)
+            ticket = await governor.admit(client, price.points, price.units, within=settings.request_timeout)
         except (Unauthenticated, RateLimited):
             return False  # the full stack refuses it, in its words
+        except TimeoutError:  # no slot within the deadline: answered as the pipeline answers it (not waited again)
+            result = ExecutionResult(data=None, errors=[deadline_error(settings.request_timeout or 0)])
+            result.extensions = {"cost": cost_extension(price, None, _Statements(0))}
+            self.state.prepared.answered += 1
+            report(operation, [masked(e, 0).extensions.get("code") for e in result.errors or ()], 0, None,
+                   price.points, time.monotonic() - started)
+            await self._send(result, media, client, scope, receive, send)
+            return True
         except Exception:  # noqa: BLE001 - the database away: the full stack answers
             return False
         statements = 0
         rows: Any = None
-        settings = self.state.settings
         # One statement without a transaction: its timeout is asyncpg's timer (cancelled in PostgreSQL).
         deadline = min(settings.request_timeout or float("inf"), settings.statement_timeout_ms / 1000)
         try:
@@ -328,12 +336,18 @@ class PreparedFastPath:
         metrics.prepared_answer()
         report(operation, [masked(e, 0).extensions.get("code") for e in result.errors or ()], statements, actual,
                ticket.points, time.monotonic() - started)
+        await self._send(result, media, client, scope, receive, send)
+        return True
+
+    async def _send(self, result: ExecutionResult, media: str, client: Any, scope: Scope, receive: Receive,
+                    send: Send) -> None:
+        governor = self.state.governor
         if result.errors is None:
             small = _small_answer(result, media, rate_limit_headers(governor.status(client)))
             if small is not None:  # what the response below sends for it, without building one
                 await send(small[0])
                 await send(small[1])
-                return True
+                return
         response = self.state.respond(result, media)
         for name, value in rate_limit_headers(governor.status(client)):
             response.headers[name.decode()] = value.decode()
@@ -342,7 +356,6 @@ class PreparedFastPath:
         else:
             scope["pith.response"] = response
             await self._gzip(scope, receive, send)
-        return True
 
 
 class _Statements:

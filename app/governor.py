@@ -734,11 +734,18 @@ class Governor:
 
         return paced
 
-    async def admit(self, client: Client, points: int, units: int, session: Any = None) -> Ticket:
+    async def admit(self, client: Client, points: int, units: int, session: Any = None,
+                    within: float | None = None) -> Ticket:
         """Charge the budget, then (for heavy work) wait for a slot, and (for work over LIGHT_COST) for a costly
         slot, unless the operation's `session` holds a connection already (its papers' sizes read for its price,
         a transaction open): waiting so, slot holders that needed a connection waited for it (behind PgBouncer's
-        four, every one held) until the deadline. RateLimited when over budget."""
+        four, every one held) until the deadline. RateLimited when over budget; TimeoutError when admission
+        takes longer than `within` seconds (the request's deadline: every caller passes what it has left),
+        holding nothing then."""
+        async with asyncio.timeout(within):
+            return await self._admit(client, points, units, session)
+
+    async def _admit(self, client: Client, points: int, units: int, session: Any) -> Ticket:
         costly_slot = getattr(session, "statements", 0) == 0
         await self.budgets.charge(client, points)
         ticket = Ticket(client, points, light_first=self.light_first, light=units <= LIGHT_COST)

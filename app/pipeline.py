@@ -44,8 +44,7 @@ async def admit(context: Any, price: Price) -> tuple[Ticket | None, GraphQLError
         return None, None  # in-process execution (tests, the command line): priced, not governed
     remaining = context.remaining()
     try:
-        async with asyncio.timeout(remaining):
-            ticket = await governor.admit(client, price.points, price.units, getattr(context, "session", None))
+        ticket = await governor.admit(client, price.points, price.units, getattr(context, "session", None), remaining)
     except RateLimited as exc:
         return None, rate_limited_error(exc)
     except TimeoutError:

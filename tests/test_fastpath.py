@@ -239,3 +239,33 @@ async def test_with_cors_configured_prepared_answers_carry_the_same_headers(pair
             assert fast.app.state.pith.prepared.answered == answered + 1
             allowed = response.headers.get("access-control-allow-origin")
             assert allowed == (origin if origin in origins else None)
+
+
+async def test_a_prepared_operation_waits_for_a_costly_slot_only_within_its_deadline(pair):
+    """A prepared lookup priced over LIGHT_COST waits for one of the process's costly slots as the pipeline's
+    admission does, and no longer than the request's deadline: with every slot held past it, both paths answer
+    TIMEOUT, byte for byte alike, and the prepared path answered it (it did not hand it on to wait again)."""
+    from app.limits import COSTLY_SLOTS, LIGHT_COST
+
+    async with servers(pair[6], expect_5xx=True, request_timeout=0.5) as (fast, slow):
+        body = json.dumps({"query": Q1, "variables": {"id": pair[3]}}).encode()
+        headers = {"content-type": "application/json"}
+        prepared = await fast.client.post("/graphql", content=body, headers=headers)
+        assert prepared.json()["extensions"]["cost"]["requested"] > LIGHT_COST  # it takes a costly slot
+        held = [server.app.state.pith.governor.costly for server in (fast, slow)]
+        for semaphore in held:
+            for _ in range(COSTLY_SLOTS):
+                await semaphore.acquire()
+        try:
+            answered = fast.app.state.pith.prepared.answered
+            late = await asyncio.wait_for(fast.client.post("/graphql", content=body, headers=headers), 30)
+            assert fast.app.state.pith.prepared.answered == answered + 1
+            reference = await slow.client.post("/graphql", content=body, headers=headers)
+            assert late.status_code == 504 and [e["extensions"]["code"] for e in late.json()["errors"]] == ["TIMEOUT"]
+            assert comparable(late) == comparable(reference)
+        finally:
+            for semaphore in held:
+                for _ in range(COSTLY_SLOTS):
+                    semaphore.release()
+        again = await fast.client.post("/graphql", content=body, headers=headers)
+        assert "errors" not in again.json() and fast.app.state.pith.prepared.answered == answered + 2

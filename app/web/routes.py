@@ -155,8 +155,7 @@ def routes(app: Any) -> list:  # app.state.App
                 fast = governor.pace(client, request.scope)
                 if fast is not None:
                     raise fast
-                async with asyncio.timeout(app.settings.request_timeout):  # a costly slot waited for within it
-                    ticket = await governor.admit(client, price.points, price.units)
+                ticket = await governor.admit(client, price.points, price.units, within=app.settings.request_timeout)
             except (RateLimited, TooFast) as exc:
                 response = too_many(request, exc)
             except TimeoutError:
@@ -426,8 +425,7 @@ retracted, with the source and time of every fact. Every record is a canonical, 
             price = bulk.price(size)
             deadline = app.settings.request_timeout or DEFAULT_REQUEST_TIMEOUT_SECONDS
             try:
-                async with asyncio.timeout(deadline):  # waiting for a heavy slot, too
-                    ticket = await governor.admit(client, price.points, price.units, session)
+                ticket = await governor.admit(client, price.points, price.units, session, deadline)
             except RateLimited as exc:
                 return too_many(request, exc)
             except TimeoutError:
