@@ -318,6 +318,13 @@ class Budgets:
         reset = datetime.fromtimestamp((lease.window + 1) * WINDOW_SECONDS, timezone.utc)
         return BudgetStatus(limit=lease.limit, used=used, remaining=max(0, lease.limit - used), reset_at=reset)
 
+    def held(self, client: Client, points: int) -> bool:
+        """Whether charging `points` needs no statement (no budget, or this process holds the points)."""
+        if client.points_per_hour is None:
+            return True
+        lease = self._lease(client)
+        return lease.spent + points <= lease.claimed
+
     async def charge(self, client: Client, points: int) -> None:
         """Spend `points` of the client's hour, claiming more from the database when the lease runs out."""
         if client.points_per_hour is None:
@@ -742,6 +749,10 @@ class Governor:
         four, every one held) until the deadline. RateLimited when over budget; TimeoutError when admission
         takes longer than `within` seconds (the request's deadline: every caller passes what it has left),
         holding nothing then."""
+        if units <= LIGHT_COST and self.budgets.held(client, points):
+            # No slot to wait for and the points held in memory: nothing can wait, so no timer is set
+            # (a lookup's admission, a few microseconds).
+            return await self._admit(client, points, units, session)
         async with asyncio.timeout(within):
             return await self._admit(client, points, units, session)
 
