@@ -25,6 +25,7 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import UTC, datetime, timezone
 from pathlib import Path
@@ -270,8 +271,11 @@ def recipe(args: list[str], base: str) -> dict:
 async def measure(url: str, port: int, sample: int | None, growth: list[str], parts: set[str],
                   lists: str | None) -> dict:
     env = {**os.environ, "DATABASE_URL": url, "PITH_PORT": str(port)}
+    # The server's log is kept (its path printed): a list cut or an operation failed is explained there.
+    server_log = tempfile.NamedTemporaryFile("w", prefix="pith-scale-server-", suffix=".log", delete=False)
+    log(f"server log: {server_log.name}")
     server = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--port", str(port)], cwd=ROOT, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                              stdout=server_log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
         for _ in range(120):

@@ -124,7 +124,12 @@ def _numbered(order: str, cites_retracted: bool | None, after: bool, given: tupl
               counted: bool) -> tuple[str, tuple[int, ...]]:
     """The statement of one shape with its parameters numbered in order, and the positions ($n of browse_sql's
     numbering) each one takes its value from."""
-    sql = counted_sql(cites_retracted, after, given) if counted else browse_sql(order, cites_retracted, after, given)
+    return _renumbered(counted_sql(cites_retracted, after, given) if counted
+                       else browse_sql(order, cites_retracted, after, given))
+
+
+def _renumbered(sql: str) -> tuple[str, tuple[int, ...]]:
+    """The statement with the parameters it uses numbered in order, and the old number of each."""
     used = tuple(sorted({int(n) for n in re.findall(r"\$(\d+)", sql)}))
     renumber = {old: new for new, old in enumerate(used, start=1)}
     return re.sub(r"\$(\d+)", lambda m: f"${renumber[int(m.group(1))]}", sql), used
@@ -219,6 +224,39 @@ def _work_retracted(work: str, retracted: bool) -> str:
             f"{'false' if retracted else 'true'})")
 
 
+def works_statement(retracted: bool | None, after: UUID | None, as_of: datetime, rows: int,
+                    event_type: str | None = None, source: str | None = None) -> tuple[str, tuple]:
+    """A works page's statement and its arguments as browse_works sends them, its parameters numbered in
+    order. With an event filter (and not retracted: true, which walks the kept spans) the page walks the
+    standing events of that kind in work id order (an index each for type and source, migration 0028),
+    each work's latest snapshot by a probe of its own: a kind few works have no longer walks every work."""
+    events = (event_type is not None, source is not None) if retracted is not True and (event_type or source) else None
+    sql, used = _works_numbered(retracted, after is not None, events)
+    numbered = (as_of, rows, event_type, source, after)
+    return sql, tuple(numbered[old - 1] for old in used)
+
+
+@functools.cache
+def _works_numbered(retracted: bool | None, after: bool, events: tuple[bool, bool] | None
+                    ) -> tuple[str, tuple[int, ...]]:
+    return _renumbered(works_sql(retracted, after) if events is None else _works_by_event(retracted, after, events))
+
+
+def _works_by_event(retracted: bool | None, after: bool, events: tuple[bool, bool]) -> str:
+    """Works with a standing event of the kind given ($3 type, $4 source), in work id order from the cursor
+    ($5): the events' index walked in that order (the type's when given, else the source's), each work once."""
+    kind = [c for c, given in zip(("e.event_type = $3::text", "e.source = $4::text"), events, strict=True) if given]
+    walked = ("SELECT DISTINCT e.work_id FROM work_events AS e WHERE "
+              + " AND ".join([*kind, stands_sql("e")] + (["e.work_id > $5::uuid"] if after else []))
+              + " ORDER BY e.work_id")
+    latest = ("SELECT * FROM work_snapshots AS s WHERE s.work_id = ev.work_id AND s.observed_at <= $AS "
+              "ORDER BY s.observed_at DESC LIMIT 1")
+    conditions = [_work_retracted("w.work_id", False)] if retracted is False else []
+    return at_param(f"SELECT w.* FROM ({walked}) AS ev\nCROSS JOIN LATERAL ({latest}) AS w\n"
+                    + ("WHERE " + "\n  AND ".join(conditions) + "\n" if conditions else "")
+                    + "ORDER BY ev.work_id\nLIMIT $2", 1)
+
+
 def works_sql(retracted: bool | None, after: bool) -> str:
     conditions = ["w.observed_at <= $AS", _LATEST_WORK, _HAS_EVENT]
     if retracted is True:
@@ -247,7 +285,7 @@ class WorkPage:
 
 async def browse_works(db: Db, as_of: datetime, first: int, retracted: bool | None, event_type: str | None,
                        source: str | None, after: UUID | None) -> WorkPage:
-    sql = works_sql(retracted, after is not None)
-    rows = await db.fetch(sql, as_of, first + 1, event_type, source, *((after,) if after else ()))
+    sql, args = works_statement(retracted, after, as_of, first + 1, event_type, source)
+    rows = await db.fetch(sql, *args)
     found = [snapshot_from(r) for r in rows]
     return WorkPage(found[:first], len(found) > first)
