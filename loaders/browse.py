@@ -143,9 +143,13 @@ def browse_sql(order: str, cites_retracted: bool | None, after: bool,
     conditions = _conditions(cites_retracted, given)
     if cites_retracted is True and order != "INBOUND_COUNT_DESC":
         span_sort, span_past = _SPAN_KEYS[order]
+        # The snapshot by a probe of its own (LATERAL ... LIMIT 1): as a join on (arxiv_id, observed_at) the
+        # generic plan took the two columns' match to leave one row, worth no walk, and sorted every span
+        # covering the instant (101,338 rows read for a first page at 1,000,000 papers, against 117).
         return at_param(f"SELECT {_SNAPSHOT_COLUMNS}, NULL::bigint AS inbound\n"
                         "FROM paper_retracted_citing_spans AS c\n"
-                        "JOIN paper_snapshots AS s ON s.arxiv_id = c.arxiv_id AND s.observed_at = c.snapshot_at\n"
+                        "CROSS JOIN LATERAL (SELECT * FROM paper_snapshots AS s WHERE s.arxiv_id = c.arxiv_id "
+                        "AND s.observed_at = c.snapshot_at LIMIT 1) AS s\n"
                         "WHERE " + "\n  AND ".join([_CITING_SPAN, *_filters("c", given)] + ([span_past] if after else []))
                         + f"\nORDER BY {span_sort}\nLIMIT $2", 1)
     if order != "INBOUND_COUNT_DESC":

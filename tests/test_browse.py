@@ -320,6 +320,33 @@ async def test_a_submission_window_in_submission_order_starts_at_the_window(synt
         await conn.close()
 
 
+async def test_a_category_in_submission_order_walks_the_category(synthetic):
+    """A category's page in submission order, as the pool plans it, walks that category's papers in that order
+    (migration 0029's index), never every snapshot of the category or of the graph: the first page and one from
+    the middle read about a page."""
+    cites_retracted = None
+    from app.db.pool import BEGIN
+    from loaders.browse import browse_papers, browse_statement
+
+    _, url, high = synthetic
+    at = high.replace(microsecond=0) + timedelta(seconds=1)
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute(BEGIN.format(ms=60_000))
+        category = await conn.fetchval("SELECT primary_category FROM paper_snapshots GROUP BY 1 ORDER BY count(*) DESC "
+                                       "LIMIT 1")
+        everything = await browse_papers(conn, at, 10_000, "SUBMITTED_AT", category, None, None, cites_retracted,
+                                         None)
+        assert len(everything.papers) >= 8, len(everything.papers)
+        middle = everything.papers[len(everything.papers) // 2][0]
+        for after in (None, [middle.submitted_at, middle.arxiv_id]):
+            sql, args = browse_statement("SUBMITTED_AT", cites_retracted, after, at, 4, category)
+            read = await _explained(conn, sql, *args)
+            assert read <= 4 * 6 + 20, (cites_retracted, after, read, len(everything.papers))
+    finally:
+        await conn.close()
+
+
 @pytest.mark.parametrize("cites_retracted", [None, True, False])
 async def test_every_page_reads_what_one_page_needs_under_generic_plans(synthetic, cites_retracted):
     """EXPLAIN ANALYZE of each page's statement as the pool runs it (force_generic_plan): a page near
