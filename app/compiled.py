@@ -24,7 +24,7 @@ from graphql import FieldNode, FragmentSpreadNode, InlineFragmentNode, Operation
 from app.limits import MAX_FIRST
 from app.types.node import global_id_sql as _gid  # the one global-id rule, in SQL
 from app.types.scalars import datetime_sql as _dt  # the one DateTime format, in SQL
-from loaders.citations import LATERALS, LOW_KEY
+from loaders.citations import LATERALS, LOW_KEY, inbound_total_sql
 from loaders.rows import UNRESOLVED, shown_reference_index_sql
 
 
@@ -228,7 +228,9 @@ class _Compiler:
                                {"startCursor": end("startCursor"), "endCursor": end("endCursor"),
                                 "hasNextPage": next_page, "hasPreviousPage": previous})
 
-        table = {"totalCount": f"(SELECT count(*) FROM citation_observations AS o WHERE {visible})",
+        total = (inbound_total_sql("p.arxiv_id", "$2") if column == "cited_arxiv_id"
+                 else f"(SELECT count(*) FROM citation_observations AS o WHERE {visible})")
+        table = {"totalCount": total,
                  "__typename": "'CitationConnection'"}
         body = self.leaves(f.selection_set, "CitationConnection", table,
                            {"edges": edges, "nodes": nodes, "pageInfo": page_info})

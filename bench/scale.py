@@ -450,6 +450,16 @@ def main() -> int:
         RESULTS.mkdir(parents=True, exist_ok=True)
         part = "-part" if args.lists or set(args.parts.split(",")) != {"operations", "enumeration", "recipes"} else ""
         target = RESULTS / f"{result['date'][:10]}-{result['papers']}-hub{result['sizes']['hub']['inbound']}{part}.json"
+        if part and target.exists() and not args.lists:
+            # Parts run apart the same day on the same graph make one result: the parts this run did replace
+            # theirs, the others' stay (each part says when it ran).
+            earlier = json.loads(target.read_text())
+            done = set(args.parts.split(","))
+            for name in ("operations", "enumeration", "recipes"):
+                if name not in done and earlier.get(name):
+                    result[name] = earlier[name]
+                    result.setdefault("part_dates", {})[name] = earlier.get("part_dates", {}).get(name, earlier["date"])
+            result["parts"] = sorted(set(result["parts"]) | set(earlier.get("parts", ())))
         target.write_text(json.dumps(result, indent=2) + "\n")
         log(f"wrote {target}")
     if args.report or args.database_url:

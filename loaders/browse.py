@@ -23,7 +23,7 @@ from typing import Any, Final, Sequence
 from uuid import UUID
 
 from loaders.base import Db, at_param
-from loaders.citations import VISIBLE
+from loaders.citations import TOTALS_EXACT as _TOTALS_EXACT, VISIBLE
 from loaders.papers import PAPER_COLUMNS, paper_from
 from loaders.rows import PaperSnapshot, WorkSnapshot, stands_sql
 from loaders.works import snapshot_from
@@ -69,9 +69,6 @@ def sort_key(order: str, paper: PaperSnapshot, inbound: int | None) -> list:
     return [inbound, paper.arxiv_id]
 
 
-# The instant from which the kept totals (migration 0011) are every paper's inbound total.
-_TOTALS_EXACT: Final = ("$AS >= coalesce((SELECT max(counted_until) FROM paper_inbound_totals), "
-                        "'-infinity'::timestamptz)")
 _SNAPSHOT_COLUMNS: Final = "s." + PAPER_COLUMNS.replace(", ", ", s.")
 
 

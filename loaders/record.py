@@ -15,6 +15,7 @@ from loaders.citations import (
     OUTBOUND_PAGES_TEMPLATE,
     VISIBLE,
     PageKey,
+    inbound_total_sql,
     _inbound_pages,
     _outbound_pages,
     inbound_page_rows,
@@ -40,8 +41,7 @@ U = TypeVar("U")
 RECORD_HEADS: Final = f"""
 WITH m AS ({MEASUREMENTS_BY_ARXIV_ID})
 SELECT p.*,
-       (SELECT count(*) FROM citation_observations AS o
-         WHERE o.cited_arxiv_id = p.arxiv_id AND {VISIBLE.replace("$AS", "$2")}) AS inbound_total,
+       {inbound_total_sql("p.arxiv_id", "$2")} AS inbound_total,
        (SELECT count(*) FROM citation_observations AS o
          WHERE o.citing_arxiv_id = p.arxiv_id AND {VISIBLE.replace("$AS", "$2")}) AS outbound_total,
        ARRAY(SELECT m.source FROM m WHERE m.arxiv_id = p.arxiv_id ORDER BY m.source) AS m_source,

@@ -268,6 +268,8 @@ def _literal(value: object) -> str:
         return "NULL"
     if isinstance(value, (int, float)):
         return str(value)
+    if isinstance(value, list):
+        return "ARRAY[" + ", ".join(_literal(v) for v in value) + "]"
     text = value.isoformat() if isinstance(value, datetime) else str(value)
     return "'" + text.replace("'", "''") + "'"
 
@@ -400,5 +402,53 @@ async def test_every_page_reads_what_one_page_needs_under_generic_plans(syntheti
             first = await _explained(conn, works_sql(cites_retracted, False), at, 3, None, None)
             late = await _explained(conn, works_sql(cites_retracted, True), at, 3, None, None, works[-4])
             assert late <= 2 * first + 50, ("works", cites_retracted, first, late)
+    finally:
+        await conn.close()
+
+
+async def test_a_papers_inbound_total_is_its_kept_total_whenever_that_is_exact(synthetic):
+    """inbound { totalCount } (the compiled lookup and the dataloaders) and the record's inbound total read the
+    paper's kept total at an instant the kept totals are exact for, and count its observations before that:
+    both equal the count, at every instant asked; and at "now" the hub's total reads no observation."""
+    from app.db.pool import BEGIN
+    from loaders.citations import CITATION_COUNTS
+    from loaders.record import RECORD_HEADS
+
+    served, url, high = synthetic
+    conn = await asyncpg.connect(url)
+    try:
+        exact_from = await conn.fetchval("SELECT max(counted_until) FROM paper_inbound_totals")
+        hub = await conn.fetchval("SELECT arxiv_id FROM paper_inbound_totals ORDER BY total DESC, arxiv_id LIMIT 1")
+        papers = [hub, *[r[0] for r in await conn.fetch("SELECT arxiv_id FROM paper_snapshots GROUP BY 1 "
+                                                        "ORDER BY md5(arxiv_id) LIMIT 4")]]
+        exact_from = exact_from.replace(microsecond=0) + timedelta(seconds=1)  # instants as clients write them
+        instants = [exact_from - timedelta(days=30), exact_from - timedelta(seconds=2), exact_from,
+                    high + timedelta(days=1)]
+        for at in instants:
+            text = at.astimezone(timezone.utc).isoformat()
+            for arxiv_id in papers:
+                counted = await conn.fetchval("SELECT count(*) FROM citation_observations WHERE cited_arxiv_id = $1 "
+                                              "AND visible_from <= $2", arxiv_id, at)
+                known = await conn.fetchval("SELECT 1 FROM paper_snapshots WHERE arxiv_id = $1 AND observed_at <= $2",
+                                            arxiv_id, at)
+                compiled = await served.graphql("query($id: String!, $at: DateTime) { paper(arxivId: $id, asOf: $at) "
+                                                "{ inbound(first: 1) { totalCount } } }", {"id": arxiv_id, "at": text})
+                loaded = await served.graphql("query($ids: [String!]!, $at: DateTime) { papers(arxivIds: $ids, "
+                                              "asOf: $at) { inbound(first: 1) { totalCount } } }",
+                                              {"ids": [arxiv_id], "at": text})
+                head = await conn.fetchrow(RECORD_HEADS, [arxiv_id], at)
+                if not known:
+                    assert compiled["data"]["paper"] is None and head is None, (arxiv_id, at)
+                    continue
+                assert compiled["data"]["paper"]["inbound"]["totalCount"] == counted, (arxiv_id, at, compiled)
+                assert loaded["data"]["papers"][0]["inbound"]["totalCount"] == counted, (arxiv_id, at, loaded)
+                assert head["inbound_total"] == counted, (arxiv_id, at)
+                (row,) = await conn.fetch(CITATION_COUNTS, [arxiv_id], ["in"], at, None, None)
+                assert row["total"] == counted
+        counted_hub = counted if papers[-1] == hub else await conn.fetchval(
+            "SELECT count(*) FROM citation_observations WHERE cited_arxiv_id = $1", hub)
+        await conn.execute(BEGIN.format(ms=60_000))  # as the pool plans it
+        read = await _explained(conn, RECORD_HEADS, [hub], high + timedelta(days=1))
+        assert read < counted_hub // 4, (read, counted_hub)  # the hub's total a probe, not a count of its citations
     finally:
         await conn.close()
