@@ -190,6 +190,9 @@ async def test_per_edge_every_reader_agrees_once_the_store_keeps_the_rule(admin_
                            "observed_at timestamptz, year integer, count integer)")
         # And when a reference's link holds from (migration 0023): NULL, from its first observation.
         await conn.execute("ALTER TABLE citation_observations ADD COLUMN linked_from timestamptz")
+        # And the kept inbound totals (migration 0011), exact from no instant: every total is counted.
+        await conn.execute("CREATE TABLE paper_inbound_totals (arxiv_id text, total bigint, counted_until timestamptz)")
+        await conn.execute("INSERT INTO paper_inbound_totals VALUES ('', 0, 'infinity')")
         await conn.close()
         before = await disagreements(url, papers, at)
         assert before, "the readers disagree on a store without the rule"
@@ -197,7 +200,7 @@ async def test_per_edge_every_reader_agrees_once_the_store_keeps_the_rule(admin_
         conn = await asyncpg.connect(url)
         try:
             await conn.execute("DROP TABLE work_event_ends; DROP TABLE paper_observation_counts; "
-                               "DROP TABLE external_measurement_years; "
+                               "DROP TABLE external_measurement_years; DROP TABLE paper_inbound_totals; "
                                "ALTER TABLE citation_observations DROP COLUMN linked_from")
             notes: list[str] = []
             applied = await migrate(conn, notes)
