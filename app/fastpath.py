@@ -294,9 +294,7 @@ class PreparedFastPath:
         except TimeoutError:  # no slot within the deadline: answered as the pipeline answers it (not waited again)
             result = ExecutionResult(data=None, errors=[deadline_error(settings.request_timeout or 0)])
             result.extensions = {"cost": cost_extension(price, None, _Statements(0))}
-            self.state.prepared.answered += 1
-            report(operation, [masked(e, 0).extensions.get("code") for e in result.errors or ()], 0, None,
-                   price.points, time.monotonic() - started)
+            self._answered(operation, result, 0, None, price.points, started)
             await self._send(result, media, client, scope, receive, send)
             return True
         except Exception:  # noqa: BLE001 - the database away: the full stack answers
@@ -332,12 +330,17 @@ class PreparedFastPath:
         actual = actual_units(result.data, len(rows) if rows is not None else 0, statements)
         settle(governor, ticket, actual)
         result.extensions = {"cost": cost_extension(price, actual, _Statements(statements))}
+        self._answered(operation, result, statements, actual, ticket.points, started)
+        await self._send(result, media, client, scope, receive, send)
+        return True
+
+    def _answered(self, operation: str | None, result: ExecutionResult, statements: int, actual: int | None,
+                  points: int, started: float) -> None:
+        """Counted and told (metrics, the access line) as the pipeline tells an operation's end."""
         self.state.prepared.answered += 1
         metrics.prepared_answer()
         report(operation, [masked(e, 0).extensions.get("code") for e in result.errors or ()], statements, actual,
-               ticket.points, time.monotonic() - started)
-        await self._send(result, media, client, scope, receive, send)
-        return True
+               points, time.monotonic() - started)
 
     async def _send(self, result: ExecutionResult, media: str, client: Any, scope: Scope, receive: Receive,
                     send: Send) -> None:
