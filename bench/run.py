@@ -125,7 +125,7 @@ async def add_hub(conn: asyncpg.Connection, scale: int, seed: int) -> None:
     """A paper with exactly 100 inbound and 100 outbound observations, linked works and receipts."""
     import random
 
-    rng = random.Random(f"hub:{seed}")  # not the synth's stream: its ids would repeat
+    rng = random.Random(f"bench-hub:{seed}")  # neither the synth's stream nor its hub's (--hub-citations): ids would repeat
     ids = arxiv_ids(scale)
     at = datetime(2026, 7, 1, tzinfo=timezone.utc)
     work = uuid.uuid5(uuid.NAMESPACE_URL, f"pith-work:{HUB}")
