@@ -452,3 +452,41 @@ async def test_a_papers_inbound_total_is_its_kept_total_whenever_that_is_exact(s
         assert read < counted_hub // 4, (read, counted_hub)  # the hub's total a probe, not a count of its citations
     finally:
         await conn.close()
+
+
+async def test_a_category_and_a_window_most_cited_first_reads_the_window(synthetic):
+    """A category and a window holding few snapshots, most cited first: every page reads that window's papers of
+    the category (not the totals of the whole graph before them), and the pages, read to the end, are the
+    papers of the window in order of their inbound totals, ties by arXiv id."""
+    from app.db.pool import BEGIN
+    from loaders.browse import browse_papers, browse_statement, sort_key
+
+    _, url, high = synthetic
+    at = high.replace(microsecond=0) + timedelta(seconds=1)
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute(BEGIN.format(ms=60_000))
+        category, start, end = await conn.fetchrow(
+            "SELECT primary_category, min(submitted_at), percentile_disc(0.5) WITHIN GROUP (ORDER BY submitted_at) "
+            "FROM paper_snapshots GROUP BY 1 ORDER BY count(*) DESC LIMIT 1")
+        expected = [(r[0], r[1]) for r in await conn.fetch(
+            "SELECT s.arxiv_id, (SELECT count(*) FROM citation_observations AS o WHERE o.cited_arxiv_id = s.arxiv_id "
+            "AND o.visible_from <= $1) AS n FROM paper_snapshots AS s WHERE s.observed_at <= $1 AND NOT EXISTS "
+            "(SELECT 1 FROM paper_snapshots AS x WHERE x.arxiv_id = s.arxiv_id AND x.observed_at > s.observed_at "
+            "AND x.observed_at <= $1) AND s.primary_category = $2 AND s.submitted_at BETWEEN $3 AND $4 "
+            "ORDER BY n DESC, s.arxiv_id", at, category, start, end)]
+        snapshots = await conn.fetchval("SELECT count(*) FROM paper_snapshots WHERE primary_category = $1 AND "
+                                        "submitted_at BETWEEN $2 AND $3", category, start, end)
+        listed, after = [], None
+        while True:
+            page = await browse_papers(conn, at, 4, "INBOUND_COUNT_DESC", category, start, end, None, after)
+            listed += [(p.arxiv_id, n) for p, n in page.papers]
+            read = await _explained(conn, *_sent(browse_statement("INBOUND_COUNT_DESC", None, after, at, 5,
+                                                                  category, start, end)))
+            assert read <= 5 * snapshots + 50, (read, snapshots, after)
+            if not page.more:
+                break
+            after = sort_key("INBOUND_COUNT_DESC", *page.papers[-1])
+        assert len(expected) >= 8 and listed == expected
+    finally:
+        await conn.close()
