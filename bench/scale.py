@@ -319,7 +319,10 @@ async def measure(url: str, port: int, sample: int | None, growth: list[str], pa
             log(f"{role}: " + "; ".join(f"{x['case']} {x['status']}{x['codes'] or ''} {x['ms']} ms" for x in lines))
         filters = {"none": None, "citesRetracted: true": {"citesRetracted": True},
                    "citesRetracted: false": {"citesRetracted": False}, "category cs.LG": {"category": "cs.LG"},
-                   "submitted 2019": {"submittedFrom": "2019-01-01T00:00:00Z", "submittedTo": "2019-12-31T23:59:59Z"}}
+                   "submitted 2019": {"submittedFrom": "2019-01-01T00:00:00Z", "submittedTo": "2019-12-31T23:59:59Z"},
+                   # the README's example: a category and a recent window
+                   "category cs.DC submitted 2025": {"category": "cs.DC", "submittedFrom": "2025-01-01T00:00:00Z",
+                                                     "submittedTo": "2025-12-31T23:59:59Z"}}
         for label, value in filters.items() if "enumeration" in parts else ():
             if lists and lists.lower() not in label.lower():
                 continue
@@ -449,6 +452,8 @@ def main() -> int:
                                      set(args.parts.split(",")), args.lists))
         RESULTS.mkdir(parents=True, exist_ok=True)
         part = "-part" if args.lists or set(args.parts.split(",")) != {"operations", "enumeration", "recipes"} else ""
+        if args.lists:  # a few lists: a file of their own, never over a whole part's
+            part += "-" + re.sub(r"[^a-z0-9]+", "-", args.lists.lower()).strip("-")
         target = RESULTS / f"{result['date'][:10]}-{result['papers']}-hub{result['sizes']['hub']['inbound']}{part}.json"
         if part and target.exists() and not args.lists:
             # Parts run apart the same day on the same graph make one result: the parts this run did replace
