@@ -70,7 +70,9 @@ def sort_key(order: str, paper: PaperSnapshot, inbound: int | None) -> list:
 
 
 _SNAPSHOT_COLUMNS: Final = "s." + PAPER_COLUMNS.replace(", ", ", s.")
-# A category and a window with at most this many snapshots are read whole and sorted for a most-cited page.
+# A category and a window with at most this many snapshots are read whole and sorted for a most-cited page:
+# at the cap a page reads about 60,000 rows (60-80 ms here), where the walk of the totals costs 0.5 ms for a
+# broad set and over a second for a recent one at 1,000,000 papers (the README's example, about 16,000).
 WINDOW_FIRST: Final = 20_000
 
 
