@@ -74,6 +74,8 @@ _SNAPSHOT_COLUMNS: Final = "s." + PAPER_COLUMNS.replace(", ", ", s.")
 # at the cap a page reads about 60,000 rows (60-80 ms here), where the walk of the totals costs 0.5 ms for a
 # broad set and over a second for a recent one at 1,000,000 papers (the README's example, about 16,000).
 WINDOW_FIRST: Final = 20_000
+# ... after a walk of this many totals from the cursor found less than a page (a broad set fills it there).
+WALK_FIRST: Final = 2_000
 
 
 _FILTERS: Final = ("primary_category = $3::text", "submitted_at >= $4::timestamptz", "submitted_at <= $5::timestamptz")
@@ -179,11 +181,11 @@ def browse_sql(order: str, cites_retracted: bool | None, after: bool,
             + "\n  AND ".join([_TOTALS_EXACT, *filters] + ([kept_past] if after else []))
             + "\nORDER BY -t.total, t.arxiv_id\nLIMIT $2")
     if given is not None and given[0] and (given[1] or given[2]) and cites_retracted is not True:
-        # A category and a window holding few snapshots (counted up to WINDOW_FIRST, an index range of migration
-        # 0029): their papers first, each with its kept total, sorted. The walk of the totals meets few papers
-        # of a recent window in one category (1.6 s for the README's example page at 1,000,000 papers); a
-        # broad one it meets at once, so it stays the walk. Each branch is gated by the count (a one-time
-        # filter): only one runs.
+        # A category and a window: the walk of the totals meets a broad set's papers at once but a recent
+        # window's last (1.6 s for the README's example page at 1,000,000 papers). So a short walk first
+        # (WALK_FIRST totals from the cursor on); when it fills no page, a set of at most WINDOW_FIRST snapshots
+        # (a capped count over migration 0029's range) is read whole with its kept totals and sorted, and a
+        # larger one walked to the end as before. Each branch is gated by one-time filters: one runs.
         counted = (f"SELECT count(*) <= {WINDOW_FIRST} AS few FROM (SELECT 1 FROM paper_snapshots AS f WHERE "
                    f"{' AND '.join(_filters('f', given))} LIMIT {WINDOW_FIRST + 1}) AS f")
         few = "(SELECT few FROM few)"
@@ -192,8 +194,18 @@ def browse_sql(order: str, cites_retracted: bool | None, after: bool,
                  "LEFT JOIN paper_inbound_totals AS t ON t.arxiv_id = s.arxiv_id\nWHERE "
                  + "\n  AND ".join([few, _TOTALS_EXACT, *conditions] + ([window_past] if after else []))
                  + "\nORDER BY -coalesce(t.total, 0), s.arxiv_id\nLIMIT $2")
-        kept = kept.replace("WHERE " + _TOTALS_EXACT, f"WHERE NOT {few}\n  AND {_TOTALS_EXACT}", 1)
-        kept = f"WITH few AS MATERIALIZED ({counted})\n({first})\nUNION ALL\n({kept})"
+        walked = (f"SELECT {_SNAPSHOT_COLUMNS}, t.total AS inbound\n"
+                  "FROM (SELECT * FROM paper_inbound_totals AS t"
+                  + (f" WHERE {kept_past}" if after else "")
+                  + f" ORDER BY -t.total, t.arxiv_id LIMIT {WALK_FIRST}) AS t\n"
+                  f"CROSS JOIN LATERAL ({latest}) AS s\nWHERE "
+                  + "\n  AND ".join([_TOTALS_EXACT, *filters]) + "\nORDER BY -t.total, t.arxiv_id\nLIMIT $2")
+        short = "(SELECT count(*) FROM walked) < $2"
+        first = first.replace("WHERE " + few, f"WHERE {short}\n  AND {few}", 1)
+        kept = kept.replace("WHERE " + _TOTALS_EXACT, f"WHERE {short}\n  AND NOT {few}\n  AND {_TOTALS_EXACT}", 1)
+        kept = (f"WITH walked AS MATERIALIZED ({walked}),\nfew AS MATERIALIZED ({counted})\n"
+                f"(SELECT * FROM walked WHERE NOT {short} ORDER BY inbound DESC, arxiv_id)\nUNION ALL\n({first})\n"
+                f"UNION ALL\n({kept})")
     not_exact = f"SELECT {', '.join(['NULL'] * (PAPER_COLUMNS.count(',') + 2))} WHERE NOT {_TOTALS_EXACT}"
     return at_param(f"({kept})\nUNION ALL\n{not_exact}", 1)
 
