@@ -176,11 +176,18 @@ def browse_sql(order: str, cites_retracted: bool | None, after: bool,
         latest = (f"SELECT {PAPER_COLUMNS} FROM paper_snapshots AS p WHERE p.arxiv_id = t.arxiv_id "
                   "AND p.observed_at = c.snapshot_at LIMIT 1")
         filters = filters[:-1]
-    kept = (f"SELECT {_SNAPSHOT_COLUMNS}, t.total AS inbound\nFROM {totals}\n"
-            f"CROSS JOIN LATERAL ({latest}) AS s\nWHERE "
-            + "\n  AND ".join([_TOTALS_EXACT, *filters] + ([kept_past] if after else []))
-            + "\nORDER BY -t.total, t.arxiv_id\nLIMIT $2")
-    if given is not None and given[0] and (given[1] or given[2]) and cites_retracted is not True:
+
+    def walk(source: str, gate: list[str], past: list[str]) -> str:
+        """The totals of `source` walked most cited first, each with its latest snapshot, filtered."""
+        return (f"SELECT {_SNAPSHOT_COLUMNS}, t.total AS inbound\nFROM {source}\n"
+                f"CROSS JOIN LATERAL ({latest}) AS s\nWHERE "
+                + "\n  AND ".join([*gate, _TOTALS_EXACT, *filters, *past])
+                + "\nORDER BY -t.total, t.arxiv_id\nLIMIT $2")
+
+    cursor = [kept_past] if after else []
+    if given is None or not given[0] or not (given[1] or given[2]) or cites_retracted is True:
+        kept = walk(totals, [], cursor)
+    else:
         # A category and a window: the walk of the totals meets a broad set's papers at once but a recent
         # window's last (1.6 s for the README's example page at 1,000,000 papers). So a short walk first
         # (WALK_FIRST totals from the cursor on); when it fills no page, a set of at most WINDOW_FIRST snapshots
@@ -188,24 +195,17 @@ def browse_sql(order: str, cites_retracted: bool | None, after: bool,
         # larger one walked to the end as before. Each branch is gated by one-time filters: one runs.
         counted = (f"SELECT count(*) <= {WINDOW_FIRST} AS few FROM (SELECT 1 FROM paper_snapshots AS f WHERE "
                    f"{' AND '.join(_filters('f', given))} LIMIT {WINDOW_FIRST + 1}) AS f")
-        few = "(SELECT few FROM few)"
-        window_past = "(-coalesce(t.total, 0), s.arxiv_id) > (-$6::bigint, $7::text)"
+        few, short = "(SELECT few FROM few)", "(SELECT count(*) FROM walked) < $2"
+        walked = walk(f"(SELECT * FROM paper_inbound_totals AS t{' WHERE ' + kept_past if after else ''} "
+                      f"ORDER BY -t.total, t.arxiv_id LIMIT {WALK_FIRST}) AS t", [], [])
+        window_past = ["(-coalesce(t.total, 0), s.arxiv_id) > (-$6::bigint, $7::text)"] if after else []
         first = (f"SELECT {_SNAPSHOT_COLUMNS}, coalesce(t.total, 0) AS inbound\nFROM paper_snapshots AS s\n"
                  "LEFT JOIN paper_inbound_totals AS t ON t.arxiv_id = s.arxiv_id\nWHERE "
-                 + "\n  AND ".join([few, _TOTALS_EXACT, *conditions] + ([window_past] if after else []))
+                 + "\n  AND ".join([short, few, _TOTALS_EXACT, *conditions, *window_past])
                  + "\nORDER BY -coalesce(t.total, 0), s.arxiv_id\nLIMIT $2")
-        walked = (f"SELECT {_SNAPSHOT_COLUMNS}, t.total AS inbound\n"
-                  "FROM (SELECT * FROM paper_inbound_totals AS t"
-                  + (f" WHERE {kept_past}" if after else "")
-                  + f" ORDER BY -t.total, t.arxiv_id LIMIT {WALK_FIRST}) AS t\n"
-                  f"CROSS JOIN LATERAL ({latest}) AS s\nWHERE "
-                  + "\n  AND ".join([_TOTALS_EXACT, *filters]) + "\nORDER BY -t.total, t.arxiv_id\nLIMIT $2")
-        short = "(SELECT count(*) FROM walked) < $2"
-        first = first.replace("WHERE " + few, f"WHERE {short}\n  AND {few}", 1)
-        kept = kept.replace("WHERE " + _TOTALS_EXACT, f"WHERE {short}\n  AND NOT {few}\n  AND {_TOTALS_EXACT}", 1)
         kept = (f"WITH walked AS MATERIALIZED ({walked}),\nfew AS MATERIALIZED ({counted})\n"
                 f"(SELECT * FROM walked WHERE NOT {short} ORDER BY inbound DESC, arxiv_id)\nUNION ALL\n({first})\n"
-                f"UNION ALL\n({kept})")
+                f"UNION ALL\n({walk(totals, [short, f'NOT {few}'], cursor)})")
     not_exact = f"SELECT {', '.join(['NULL'] * (PAPER_COLUMNS.count(',') + 2))} WHERE NOT {_TOTALS_EXACT}"
     return at_param(f"({kept})\nUNION ALL\n{not_exact}", 1)
 

@@ -37,13 +37,17 @@ TOTALS_EXACT: Final = ("$AS >= coalesce((SELECT max(counted_until) FROM paper_in
                        "'-infinity'::timestamptz)")
 
 
+def kept_total_sql(paper: str) -> str:
+    """The paper's kept inbound total (0 without a row): its total wherever TOTALS_EXACT holds."""
+    return f"coalesce((SELECT t.total FROM paper_inbound_totals AS t WHERE t.arxiv_id = {paper}), 0)"
+
+
 def inbound_total_sql(paper: str, at: str = "$AS") -> str:
     """The paper's visible inbound total at the instant `at` (inbound { totalCount }): its kept total, one
     probe, at any instant the kept totals are exact for (every ordinary "now"); counted from its observations
     before that. A hub's count read 640,659 index entries (1-2 s at 1,000,000 papers); the probe reads one."""
-    return (f"(CASE WHEN {TOTALS_EXACT.replace('$AS', at)} THEN coalesce((SELECT t.total FROM paper_inbound_totals "
-            f"AS t WHERE t.arxiv_id = {paper}), 0) ELSE (SELECT count(*) FROM citation_observations AS o "
-            f"WHERE o.cited_arxiv_id = {paper} AND {VISIBLE.replace('$AS', at)}) END)")
+    return (f"(CASE WHEN {TOTALS_EXACT.replace('$AS', at)} THEN {kept_total_sql(paper)} ELSE (SELECT count(*) FROM "
+            f"citation_observations AS o WHERE o.cited_arxiv_id = {paper} AND {VISIBLE.replace('$AS', at)}) END)")
 
 
 def linked_sql(alias: str = "o", at: str = "$AS") -> str:
@@ -204,7 +208,7 @@ OUTBOUND_PAGES_BACKWARD: Final = at_param(_outbound_pages(backward=True), 4)
 # inbound_total_sql's rule); any other count is counted.
 CITATION_COUNTS_TEMPLATE: Final = f"""
 SELECT k.ord, CASE WHEN k.direction = 'in' AND $4::text[] IS NULL AND $5::boolean IS NULL AND {TOTALS_EXACT}
-                   THEN coalesce((SELECT t.total FROM paper_inbound_totals AS t WHERE t.arxiv_id = k.arxiv_id), 0)
+                   THEN {kept_total_sql("k.arxiv_id")}
                    ELSE (
     SELECT count(*)
     FROM (
