@@ -24,6 +24,7 @@ on operation names is the server's, shared by every worker through a file beside
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import sys
@@ -280,7 +281,9 @@ def forget_dead_processes(folder: str) -> list[int]:
         if found and not psutil.pid_exists(int(found.group(1))):
             dead.add(int(found.group(1)))
     for pid in dead:
-        multiprocess.mark_process_dead(pid, folder)
+        # Another worker's scrape may forget it first (both listed its files; one removed them).
+        with contextlib.suppress(FileNotFoundError):
+            multiprocess.mark_process_dead(pid, folder)
     return sorted(dead)
 
 

@@ -194,3 +194,20 @@ def test_every_documented_query_and_dashboard_panel_returns_series_and_no_alert_
     evaluated = [r for g in rules for r in g["rules"]]
     assert len(evaluated) == 6 and all(r["health"] == "ok" for r in evaluated), evaluated
     assert not [r["name"] for r in evaluated if r["state"] != "inactive"]  # a healthy server pages no one
+
+
+def test_two_scrapes_forgetting_the_same_dead_worker_both_answer(tmp_path, monkeypatch):
+    """Two workers' scrapes can list a dead worker's live gauges at once; prometheus_client's mark_process_dead
+    in the one that removes them second finds a file gone (FileNotFoundError). That is no error: it was a 500
+    on /metrics after a worker was killed."""
+    from prometheus_client import multiprocess
+
+    from app import metrics
+
+    (tmp_path / "gauge_liveall_999999999.db").write_bytes(b"")
+
+    def second(pid, path=None):  # as the library fails when the other scrape removed the file after its glob
+        raise FileNotFoundError(f"{path}/gauge_liveall_{pid}.db")
+
+    monkeypatch.setattr(multiprocess, "mark_process_dead", second)
+    assert metrics.forget_dead_processes(str(tmp_path)) == [999999999]
