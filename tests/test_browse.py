@@ -496,3 +496,59 @@ async def test_a_category_and_a_window_most_cited_first_reads_the_window(synthet
     finally:
         await conn.close()
         browse._numbered.cache_clear()
+
+
+@pytest.mark.parametrize("with_category", [False, True])
+async def test_a_window_in_arxiv_id_order_starts_at_the_windows_first_id(synthetic, monkeypatch, with_category):
+    """A submission window in arXiv id order (ids follow submission months): after a short walk (here 20
+    snapshots; a broad window fills its page there) a page starts at the window's first id after the cursor, so
+    no page reads the ids before the window, and the pages, read to the end, are the window's papers in id order,
+    whatever the window holds: a late quarter, an early one, a middle one, one day with no paper."""
+    from app.db.pool import BEGIN
+    from loaders import browse
+    from loaders.browse import browse_papers, browse_statement, sort_key
+
+    monkeypatch.setattr(browse, "WALK_FIRST", 20)
+    browse._numbered.cache_clear()
+
+    _, url, high = synthetic
+    at = high.replace(microsecond=0) + timedelta(seconds=1)
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute(BEGIN.format(ms=60_000))
+        category = await conn.fetchval("SELECT primary_category FROM paper_snapshots GROUP BY 1 ORDER BY count(*) DESC "
+                                       "LIMIT 1") if with_category else None
+        dates = [r[0] for r in await conn.fetch("SELECT submitted_at FROM paper_snapshots WHERE observed_at <= $1 "
+                                                "AND ($2::text IS NULL OR primary_category = $2) ORDER BY 1",
+                                                at, category)]
+        total = await conn.fetchval("SELECT count(*) FROM paper_snapshots")
+        n = len(dates)
+        windows = [(dates[n * 3 // 4], dates[-1]), (dates[0], dates[n // 4]), (dates[n // 4], dates[n * 3 // 4]),
+                   (dates[-1] + timedelta(days=1), dates[-1] + timedelta(days=2))]
+        for start, end in windows:
+            expected = [r[0] for r in await conn.fetch(
+                "SELECT s.arxiv_id FROM paper_snapshots AS s WHERE s.observed_at <= $1 AND NOT EXISTS "
+                "(SELECT 1 FROM paper_snapshots AS x WHERE x.arxiv_id = s.arxiv_id AND x.observed_at > s.observed_at "
+                "AND x.observed_at <= $1) AND ($2::text IS NULL OR s.primary_category = $2) "
+                "AND s.submitted_at BETWEEN $3 AND $4 ORDER BY s.arxiv_id", at, category, start, end)]
+            inside = await conn.fetchval("SELECT count(*) FROM paper_snapshots WHERE submitted_at BETWEEN $1 AND $2 "
+                                         "AND ($3::text IS NULL OR primary_category = $3)", start, end, category)
+            listed, after, reads = [], None, []
+            while True:
+                page = await browse_papers(conn, at, 4, "ARXIV_ID", category, start, end, None, after)
+                listed += [p.arxiv_id for p, _ in page.papers]
+                reads.append(await _explained(conn, *_sent(browse_statement("ARXIV_ID", None, after, at, 5, category,
+                                                                            start, end))))
+                # at most the short walk, the window's ids (index and rows) and a walk from its first (each walk
+                # counted by its scan and its filter): never every id before the window
+                assert reads[-1] <= 3 * inside + 6 * 20 + 5 * 12, (reads, inside, total, start, after)
+                if not page.more:
+                    break
+                after = sort_key("ARXIV_ID", *page.papers[-1])
+            assert listed == expected, (start, end)
+            if len(reads) >= 8:  # a page inside the window reads about a page (the short walk), not the window
+                assert sorted(reads)[len(reads) // 2] <= 3 * 20 + 5 * 6 < inside, (reads, inside)
+        assert n >= 40
+    finally:
+        await conn.close()
+        browse._numbered.cache_clear()
