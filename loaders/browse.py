@@ -70,11 +70,8 @@ def sort_key(order: str, paper: PaperSnapshot, inbound: int | None) -> list:
 
 
 _SNAPSHOT_COLUMNS: Final = "s." + PAPER_COLUMNS.replace(", ", ", s.")
-# A category and a window with at most this many snapshots are read whole and sorted for a most-cited page:
-# at the cap a page reads about 60,000 rows (60-80 ms here), where the walk of the totals costs 0.5 ms for a
-# broad set and over a second for a recent one at 1,000,000 papers (the README's example, about 16,000).
-WINDOW_FIRST: Final = 20_000
-# ... after a walk of this many totals from the cursor found less than a page (a broad set fills it there).
+# A filtered page walks this many rows in its order from the cursor first (a broad set fills its page there),
+# then, when they fill no page, the set's own rows (a small category's or an old window's).
 WALK_FIRST: Final = 2_000
 
 
@@ -187,29 +184,60 @@ def browse_sql(order: str, cites_retracted: bool | None, after: bool,
                 + "\nORDER BY -t.total, t.arxiv_id\nLIMIT $2")
 
     cursor = [kept_past] if after else []
-    if given is None or not given[0] or not (given[1] or given[2]) or cites_retracted is True:
+    if given is None or not any(given) or cites_retracted is True:
         kept = walk(totals, [], cursor)
     else:
-        # A category and a window: the walk of the totals meets a broad set's papers at once but a recent
-        # window's last (1.6 s for the README's example page at 1,000,000 papers). So a short walk first
-        # (WALK_FIRST totals from the cursor on); when it fills no page, a set of at most WINDOW_FIRST snapshots
-        # (a capped count over migration 0029's range) is read whole with its kept totals and sorted, and a
-        # larger one walked to the end as before. Each branch is gated by one-time filters: one runs.
-        counted = (f"SELECT count(*) <= {WINDOW_FIRST} AS few FROM (SELECT 1 FROM paper_snapshots AS f WHERE "
-                   f"{' AND '.join(_filters('f', given))} LIMIT {WINDOW_FIRST + 1}) AS f")
-        few, short = "(SELECT few FROM few)", "(SELECT count(*) FROM walked) < $2"
+        # A category, a window or both: the walk of every total meets a broad set's papers at once but a small
+        # category's or an old year's only after every paper cited more (456,277 rows for a year's first page at
+        # 1,000,000 papers). So a short walk first (WALK_FIRST totals from the cursor on); when it fills no page,
+        # the walk of the set's own totals (migration 0030). One-time filters gate each part: one runs.
+        short = "(SELECT count(*) FROM walked) < $2"
         walked = walk(f"(SELECT * FROM paper_inbound_totals AS t{' WHERE ' + kept_past if after else ''} "
                       f"ORDER BY -t.total, t.arxiv_id LIMIT {WALK_FIRST}) AS t", [], [])
-        window_past = ["(-coalesce(t.total, 0), s.arxiv_id) > (-$6::bigint, $7::text)"] if after else []
-        first = (f"SELECT {_SNAPSHOT_COLUMNS}, coalesce(t.total, 0) AS inbound\nFROM paper_snapshots AS s\n"
-                 "LEFT JOIN paper_inbound_totals AS t ON t.arxiv_id = s.arxiv_id\nWHERE "
-                 + "\n  AND ".join([short, few, _TOTALS_EXACT, *conditions, *window_past])
-                 + "\nORDER BY -coalesce(t.total, 0), s.arxiv_id\nLIMIT $2")
-        kept = (f"WITH walked AS MATERIALIZED ({walked}),\nfew AS MATERIALIZED ({counted})\n"
-                f"(SELECT * FROM walked WHERE NOT {short} ORDER BY inbound DESC, arxiv_id)\nUNION ALL\n({first})\n"
-                f"UNION ALL\n({walk(totals, [short, f'NOT {few}'], cursor)})")
+        kept = (f"WITH walked AS MATERIALIZED ({walked})\n"
+                f"(SELECT * FROM walked WHERE NOT {short} ORDER BY inbound DESC, arxiv_id)\nUNION ALL\n"
+                f"({_placed(filters, given, after, short)})")
     not_exact = f"SELECT {', '.join(['NULL'] * (PAPER_COLUMNS.count(',') + 2))} WHERE NOT {_TOTALS_EXACT}"
     return at_param(f"({kept})\nUNION ALL\n{not_exact}", 1)
+
+
+def _placed(filters: list[str], given: tuple[bool, bool, bool], after: bool, gate: str) -> str:
+    """Most cited first within a category, a window or both, from the kept totals filed by submission month and
+    category (migration 0030): a category alone is one walk of its index; a window is a walk of each month it
+    covers (of the category's, given one), each stopping after a page, merged. A row counts where it names the
+    paper's latest snapshot at the instant (its month and category), so a paper is listed once, where that
+    snapshot puts it; the snapshot then passes the filters as on every other page."""
+    latest = (f"SELECT {PAPER_COLUMNS} FROM paper_snapshots AS p WHERE p.arxiv_id = k.arxiv_id "
+              "AND p.observed_at <= $AS ORDER BY p.observed_at DESC LIMIT 1")
+    named = ["date_trunc('month', s.submitted_at AT TIME ZONE 'UTC') = k.month",
+             "coalesce(s.primary_category, '') = k.primary_category"]
+    category = ["k.primary_category = $3::text"] if given[0] else []
+    past = ["(-k.total, k.arxiv_id) > (-$6::bigint, $7::text)"] if after else []
+
+    # The snapshot's checks as one CASE: as separate conditions the generic plan multiplied their default
+    # estimates to a row per month, read and probed every row of each month and sorted them (7,300 a month at
+    # 1,000,000 papers); a CASE is taken to pass half the rows (nearly all do), so each month is walked in order
+    # and stops after the page.
+    passes = "CASE WHEN " + "\n    AND ".join([*named, *filters]) + " THEN true ELSE false END"
+
+    def rows(where: list[str]) -> str:
+        return (f"SELECT {_SNAPSHOT_COLUMNS}, k.total AS inbound\nFROM paper_placements AS k\n"
+                f"CROSS JOIN LATERAL ({latest}) AS s\nWHERE "
+                + "\n  AND ".join([*where, *category, *past, passes])
+                + "\nORDER BY -k.total, k.arxiv_id\nLIMIT $2")
+
+    if not (given[1] or given[2]):
+        return rows([gate, _TOTALS_EXACT])
+
+    def end(i: int, least: bool) -> str:
+        if given[i]:
+            return f"date_trunc('month', ${i + 3}::timestamptz AT TIME ZONE 'UTC')"
+        return (f"(SELECT {'min' if least else 'max'}(q.month) FROM paper_placements AS q"
+                f"{' WHERE q.primary_category = $3::text' if given[0] else ''})")
+
+    return (f"SELECT b.* FROM generate_series({end(1, True)}, {end(2, False)}, interval '1 month') AS g (m)\n"
+            f"CROSS JOIN LATERAL ({rows(['k.month = g.m'])}) AS b\n"
+            f"WHERE {gate} AND {_TOTALS_EXACT}\nORDER BY b.inbound DESC, b.arxiv_id\nLIMIT $2")
 
 
 def _window_by_id(conditions: list[str], given: tuple[bool, bool, bool], after: bool) -> str:
@@ -234,15 +262,16 @@ def _window_by_id(conditions: list[str], given: tuple[bool, bool, bool], after: 
     window = [*_filters("f", given), *(["f.arxiv_id > $6::text"] if after else [])]
     bounds = ("SELECT min(f.arxiv_id) AS least, max(f.arxiv_id) AS most FROM (SELECT f.arxiv_id FROM paper_snapshots "
               f"AS f WHERE {' AND '.join(window)} OFFSET 0) AS f")
-    # The walk from there as a subquery in id order the filters cannot enter (OFFSET 0), read until the page is
-    # full or the window's last id: given the window's conditions, the generic plan took the window to hold a few
-    # rows and sorted all of it. (No ORDER BY outside: the rows come in the subquery's order, and with one the
-    # subquery is planned for all of them.)
-    walk = ["s.arxiv_id >= (SELECT least FROM bounds)", "s.arxiv_id <= (SELECT most FROM bounds)",
-            *([past] if after else []), *category]
-    rest = (f"SELECT {_SNAPSHOT_COLUMNS}, NULL::bigint AS inbound\n"
-            f"FROM (SELECT * FROM paper_snapshots AS s WHERE {' AND '.join(walk)} ORDER BY s.arxiv_id OFFSET 0) AS s\n"
-            "WHERE " + "\n  AND ".join([short, *conditions]) + "\nLIMIT $2")
+    # The walk from there, in id order, to a page or past the window's last id: a row past it passes (so the walk
+    # stops within a page of it) and is dropped outside. The conditions as one CASE: as separate ones, with the
+    # last id as a second bound of the walk, the generic plan took the range to hold a few rows and read and
+    # sorted all of it for every page.
+    passes = ("CASE WHEN s.arxiv_id > (SELECT most FROM bounds) THEN true WHEN " + "\n    AND ".join(conditions)
+              + " THEN true ELSE false END")
+    walk = [short, "s.arxiv_id >= (SELECT least FROM bounds)", *([past] if after else []), *category, passes]
+    rest = (f"SELECT * FROM (SELECT {_SNAPSHOT_COLUMNS}, NULL::bigint AS inbound\nFROM paper_snapshots AS s\nWHERE "
+            + "\n  AND ".join(walk) + "\nORDER BY s.arxiv_id\nLIMIT $2) AS s\n"
+            "WHERE s.arxiv_id <= (SELECT most FROM bounds)\nORDER BY s.arxiv_id")
     return (f"WITH walked AS MATERIALIZED ({walked}),\nbounds AS MATERIALIZED ({bounds})\n"
             f"(SELECT * FROM walked WHERE NOT {short} ORDER BY arxiv_id)\nUNION ALL\n({rest})")
 

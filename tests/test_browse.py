@@ -48,6 +48,20 @@ async def synthetic(admin_url):
     await drop_database(admin_url, url)
 
 
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def larger(admin_url):
+    """5,000 papers over 100 months (50 a month): large enough that the pool's generic plans walk indexes as at
+    1,000,000 papers, where 400 papers fit in a few pages read whole."""
+    url = await synthetic_database(admin_url, "pith_test_browse_l", 5000, 29)
+    conn = await asyncpg.connect(url)
+    try:
+        high = await conn.fetchval("SELECT max(observed_at) FROM paper_snapshots")
+    finally:
+        await conn.close()
+    yield None, url, high
+    await drop_database(admin_url, url)
+
+
 async def every_page(served, query: str, field: str, variables: dict, first: int) -> list[dict]:
     found, after, pages = [], None, 0
     while True:
@@ -205,9 +219,24 @@ async def written(admin_url):
     await drop_database(admin_url, url)
 
 
-async def test_kept_inbound_totals_follow_every_writer(written):
+async def misplaced(conn: asyncpg.Connection) -> list:
+    """Rows of paper_placements that differ from the papers' snapshots and kept totals, either way."""
+    return await conn.fetch(
+        """WITH expected AS (
+               SELECT DISTINCT s.arxiv_id, date_trunc('month', s.submitted_at AT TIME ZONE 'UTC') AS month,
+                      coalesce(s.primary_category, '') AS primary_category, coalesce(t.total, 0) AS total
+               FROM paper_snapshots AS s LEFT JOIN paper_inbound_totals AS t ON t.arxiv_id = s.arxiv_id),
+           kept AS (SELECT arxiv_id, month, primary_category, total FROM paper_placements)
+           (SELECT 'missing', * FROM (SELECT * FROM expected EXCEPT SELECT * FROM kept) AS m)
+           UNION ALL (SELECT 'stray', * FROM (SELECT * FROM kept EXCEPT SELECT * FROM expected) AS x)""")
+
+
+async def test_kept_inbound_totals_follow_every_writer(written, monkeypatch):
     """Hand-written SQL: a reference whose citing paper has no snapshot yet counts once the paper arrives
-    (the database moves its visibility); a deleted one stops counting."""
+    (the database moves its visibility); a deleted one stops counting. The totals filed by month and category
+    follow them and every snapshot writer, and list a paper where its latest snapshot puts it."""
+    from loaders import browse
+    from loaders.browse import browse_papers
     served, url, high = written
     conn = await asyncpg.connect(url)
     try:
@@ -242,6 +271,39 @@ async def test_kept_inbound_totals_follow_every_writer(written):
                                 % z(at - timedelta(seconds=1)))
     edges = body["data"]["browsePapers"]["edges"]
     assert [e["node"]["arxivId"] for e in edges] == ["9912.00001"] and edges[0]["inboundCount"] == 0
+    conn = await asyncpg.connect(url)
+    try:
+        # The totals filed by month and category (migration 0030) follow the totals and every snapshot writer.
+        assert await misplaced(conn) == []
+        await conn.execute("UPDATE paper_snapshots SET primary_category = 'math.CO' WHERE arxiv_id = '9912.00001'")
+        assert await misplaced(conn) == []
+        await conn.execute("INSERT INTO paper_snapshots VALUES ('9912.00001', $1, 'A late paper', 2, NULL, $2, $1)",
+                           at + timedelta(hours=1), at - timedelta(days=90))
+        await conn.execute("INSERT INTO citation_observations (observation_id, citing_arxiv_id, reference_index, "
+                           "source, source_observed_at, cited_arxiv_id) VALUES ($1, $2, 1, 'pdf_text', $3, "
+                           "'9912.00001')", uuid4(), cited, at)
+        assert await misplaced(conn) == []
+        assert await conn.fetchval("SELECT count(*) FROM paper_placements WHERE arxiv_id = '9912.00001' AND total = 1") \
+            == 2
+        # Listed where its latest snapshot at the instant puts it, once, by its own category's and months' walks.
+        monkeypatch.setattr(browse, "WALK_FIRST", 1)
+        browse._numbered.cache_clear()
+        now, then = at + timedelta(hours=2), at + timedelta(minutes=30)
+        early = (at - timedelta(days=120), at - timedelta(days=60))
+        for instant, category, window, listed in ((now, "math.CO", (None, None), False), (then, "math.CO", (None, None), True),
+                                                  (now, None, early, True), (then, None, early, False),
+                                                  (then, "math.CO", (at - timedelta(days=1), None), True),
+                                                  (now, None, (at - timedelta(days=400), None), True)):
+            page = await browse_papers(conn, instant, 1000, "INBOUND_COUNT_DESC", category, *window, None, None)
+            found = [p.arxiv_id for p, _ in page.papers]
+            assert found.count("9912.00001") == int(listed), (instant, category, window, found)
+            assert found == sorted(set(found), key=lambda a: (-dict((p.arxiv_id, n) for p, n in page.papers)[a], a))
+        browse._numbered.cache_clear()
+        await conn.execute("DELETE FROM paper_snapshots WHERE arxiv_id = '9912.00001' AND observed_at = $1",
+                           at + timedelta(hours=1))
+        assert await misplaced(conn) == []
+    finally:
+        await conn.close()
 
 
 def _scanned(plan: dict) -> int:
@@ -454,11 +516,12 @@ async def test_a_papers_inbound_total_is_its_kept_total_whenever_that_is_exact(s
         await conn.close()
 
 
-async def test_a_category_and_a_window_most_cited_first_reads_the_window(synthetic, monkeypatch):
-    """A category and a window holding few snapshots, most cited first: after a short walk of the totals (here 20;
-    a broad set fills its page there) every page reads that window's papers of the category, not the totals of
-    the whole graph before them, and the pages, read to the end, are the papers of the window in order of their
-    inbound totals, ties by arXiv id."""
+@pytest.mark.parametrize("which", ["category and window", "category", "window"])
+async def test_a_category_or_a_window_most_cited_first_walks_its_own_totals(larger, monkeypatch, which):
+    """A category, a window or both, most cited first: after a short walk of the totals (here 20; a broad set
+    fills its page there) a page walks the set's own totals, filed by month and category (migration 0030), and
+    stops after the page: never the totals of the whole graph cited more, nor every paper of the set; the pages,
+    read to the end, are the set's papers in order of their inbound totals, ties by arXiv id."""
     from app.db.pool import BEGIN
     from loaders import browse
     from loaders.browse import browse_papers, browse_statement, sort_key
@@ -466,7 +529,7 @@ async def test_a_category_and_a_window_most_cited_first_reads_the_window(synthet
     monkeypatch.setattr(browse, "WALK_FIRST", 20)  # the walk's share small beside the set's, at this size
     browse._numbered.cache_clear()
 
-    _, url, high = synthetic
+    _, url, high = larger
     at = high.replace(microsecond=0) + timedelta(seconds=1)
     conn = await asyncpg.connect(url)
     try:
@@ -474,32 +537,45 @@ async def test_a_category_and_a_window_most_cited_first_reads_the_window(synthet
         category, start, end = await conn.fetchrow(
             "SELECT primary_category, min(submitted_at), percentile_disc(0.5) WITHIN GROUP (ORDER BY submitted_at) "
             "FROM paper_snapshots GROUP BY 1 ORDER BY count(*) DESC LIMIT 1")
+        if which == "window":
+            category, start, end = None, *await conn.fetchrow(
+                "SELECT percentile_disc(0.4) WITHIN GROUP (ORDER BY submitted_at), percentile_disc(0.6) WITHIN GROUP "
+                "(ORDER BY submitted_at) FROM paper_snapshots")
+        elif which == "category":
+            start = end = None
         expected = [(r[0], r[1]) for r in await conn.fetch(
             "SELECT s.arxiv_id, (SELECT count(*) FROM citation_observations AS o WHERE o.cited_arxiv_id = s.arxiv_id "
             "AND o.visible_from <= $1) AS n FROM paper_snapshots AS s WHERE s.observed_at <= $1 AND NOT EXISTS "
             "(SELECT 1 FROM paper_snapshots AS x WHERE x.arxiv_id = s.arxiv_id AND x.observed_at > s.observed_at "
-            "AND x.observed_at <= $1) AND s.primary_category = $2 AND s.submitted_at BETWEEN $3 AND $4 "
+            "AND x.observed_at <= $1) AND ($2::text IS NULL OR s.primary_category = $2) "
+            "AND ($3::timestamptz IS NULL OR s.submitted_at >= $3) AND ($4::timestamptz IS NULL OR s.submitted_at <= $4) "
             "ORDER BY n DESC, s.arxiv_id", at, category, start, end)]
-        snapshots = await conn.fetchval("SELECT count(*) FROM paper_snapshots WHERE primary_category = $1 AND "
-                                        "submitted_at BETWEEN $2 AND $3", category, start, end)
-        listed, after = [], None
+        months = len({(d.year, d.month) for d in [r[0] for r in await conn.fetch(
+            "SELECT submitted_at FROM paper_snapshots WHERE ($1::timestamptz IS NULL OR submitted_at >= $1) "
+            "AND ($2::timestamptz IS NULL OR submitted_at <= $2)", start, end)]})
+        listed, after, reads = [], None, []
         while True:
             page = await browse_papers(conn, at, 4, "INBOUND_COUNT_DESC", category, start, end, None, after)
             listed += [(p.arxiv_id, n) for p, n in page.papers]
-            read = await _explained(conn, *_sent(browse_statement("INBOUND_COUNT_DESC", None, after, at, 5,
-                                                                  category, start, end)))
-            assert read <= 4 * snapshots + 3 * 20 + 30, (read, snapshots, after)
+            reads.append(await _explained(conn, *_sent(browse_statement("INBOUND_COUNT_DESC", None, after, at, 5,
+                                                                        category, start, end))))
             if not page.more:
                 break
             after = sort_key("INBOUND_COUNT_DESC", *page.papers[-1])
         assert len(expected) >= 8 and listed == expected
+        # Each page: the short walk (its rows, snapshots and filter, here 20), then one walk of the category, or
+        # one per month of the window, each of about a page (5 rows, their snapshots and checks): never a whole
+        # month, the whole set or the graph's totals, whatever their sizes.
+        walks = months if start or end else 1
+        total = await conn.fetchval("SELECT count(*) FROM paper_inbound_totals")
+        assert max(reads) <= 4 * 20 + walks * 6 * 6 < total, (reads, walks, len(expected), total)
     finally:
         await conn.close()
         browse._numbered.cache_clear()
 
 
 @pytest.mark.parametrize("with_category", [False, True])
-async def test_a_window_in_arxiv_id_order_starts_at_the_windows_first_id(synthetic, monkeypatch, with_category):
+async def test_a_window_in_arxiv_id_order_starts_at_the_windows_first_id(larger, monkeypatch, with_category):
     """A submission window in arXiv id order (ids follow submission months): after a short walk (here 20
     snapshots; a broad window fills its page there) a page starts at the window's first id after the cursor, so
     no page reads the ids before the window, and the pages, read to the end, are the window's papers in id order,
@@ -511,7 +587,7 @@ async def test_a_window_in_arxiv_id_order_starts_at_the_windows_first_id(synthet
     monkeypatch.setattr(browse, "WALK_FIRST", 20)
     browse._numbered.cache_clear()
 
-    _, url, high = synthetic
+    _, url, high = larger
     at = high.replace(microsecond=0) + timedelta(seconds=1)
     conn = await asyncpg.connect(url)
     try:
@@ -547,7 +623,7 @@ async def test_a_window_in_arxiv_id_order_starts_at_the_windows_first_id(synthet
                 after = sort_key("ARXIV_ID", *page.papers[-1])
             assert listed == expected, (start, end)
             if len(reads) >= 8:  # a page inside the window reads about a page (the short walk), not the window
-                assert sorted(reads)[len(reads) // 2] <= 3 * 20 + 5 * 6 < inside, (reads, inside)
+                assert sorted(reads)[len(reads) // 2] <= 3 * 20 + 5 * 8 < inside, (reads, inside)
         assert n >= 40
     finally:
         await conn.close()
