@@ -1,8 +1,9 @@
--- browsePapers(orderBy: INBOUND_COUNT_DESC) with a category, a submission window or both: each paper's kept
--- inbound total (migration 0011) filed under the submission month and category of each of its snapshots, in
--- indexes in most-cited order, so a page is a walk of the category, or of each month the window covers, that
--- stops after the page (loaders/browse.py). The walk of all the totals met a recent year's papers or a small
--- category's only after every paper cited more (456,277 rows for a year's first page at 1,000,000 papers).
+-- browsePapers with a category, a submission window or both: each paper's kept inbound total (migration 0011)
+-- filed under the submission month and category of each of its snapshots. Most cited first, a page is a walk of the
+-- category, or of each month the window covers, in most-cited order, that stops after the page (the walk of all the
+-- totals met an old year's papers or a small category's only after every paper cited more: 456,277 rows for a
+-- year's first page at 1,000,000 papers). In arXiv id order, each month's first and last id bound a window's walk
+-- (loaders/browse.py).
 --
 -- A paper has one row per distinct (month, category) among its snapshots, so whichever snapshot is its latest
 -- at an instant, a row names it: a page keeps a row only where it matches that snapshot, so each paper is
@@ -22,6 +23,9 @@ CREATE TABLE paper_placements (
 CREATE INDEX paper_placements_by_month ON paper_placements (month, (-total), arxiv_id);
 CREATE INDEX paper_placements_by_category_month ON paper_placements (primary_category, month, (-total), arxiv_id);
 CREATE INDEX paper_placements_by_category ON paper_placements (primary_category, (-total), arxiv_id);
+-- ... and each month's first and last arXiv id (of a category): the bounds of a window's walk in arXiv id order.
+CREATE INDEX paper_placements_by_month_id ON paper_placements (month, arxiv_id);
+CREATE INDEX paper_placements_by_category_month_id ON paper_placements (primary_category, month, arxiv_id);
 
 -- The papers' rows from their snapshots, with their kept totals.
 CREATE FUNCTION pith_refresh_placements(papers text[]) RETURNS void
