@@ -176,12 +176,13 @@ def browse_sql(order: str, cites_retracted: bool | None, after: bool,
                   "AND p.observed_at = c.snapshot_at LIMIT 1")
         filters = filters[:-1]
 
-    def walk(source: str, gate: list[str], past: list[str]) -> str:
-        """The totals of `source` walked most cited first, each with its latest snapshot, filtered."""
+    def walk(source: str, gate: list[str], past: list[str], most: str = "-t.total") -> str:
+        """The totals of `source` walked most cited first (`most` the key), each with its latest snapshot,
+        filtered."""
         return (f"SELECT {_SNAPSHOT_COLUMNS}, t.total AS inbound\nFROM {source}\n"
                 f"CROSS JOIN LATERAL ({latest}) AS s\nWHERE "
                 + "\n  AND ".join([*gate, _TOTALS_EXACT, *filters, *past])
-                + "\nORDER BY -t.total, t.arxiv_id\nLIMIT $2")
+                + f"\nORDER BY {most}, t.arxiv_id\nLIMIT $2")
 
     cursor = [kept_past] if after else []
     if given is None or not any(given) or cites_retracted is True:
@@ -192,8 +193,11 @@ def browse_sql(order: str, cites_retracted: bool | None, after: bool,
         # 1,000,000 papers). So a short walk first (WALK_FIRST totals from the cursor on); when it fills no page,
         # the walk of the set's own totals (migration 0030). One-time filters gate each part: one runs.
         short = "(SELECT count(*) FROM walked) < $2"
-        walked = walk(f"(SELECT * FROM paper_inbound_totals AS t{' WHERE ' + kept_past if after else ''} "
-                      f"ORDER BY -t.total, t.arxiv_id LIMIT {WALK_FIRST}) AS t", [], [])
+        # (The key a column of the subquery, so the walk's order is known to be the index's: ordered by
+        # -t.total outside, the plan read all WALK_FIRST totals and sorted them when a page filled early.)
+        walked = walk(f"(SELECT t.*, -t.total AS most FROM paper_inbound_totals AS t"
+                      f"{' WHERE ' + kept_past if after else ''} ORDER BY -t.total, t.arxiv_id "
+                      f"LIMIT {WALK_FIRST}) AS t", [], [], "t.most")
         kept = (f"WITH walked AS MATERIALIZED ({walked})\n"
                 f"(SELECT * FROM walked WHERE NOT {short} ORDER BY inbound DESC, arxiv_id)\nUNION ALL\n"
                 f"({_placed(filters, given, after, short)})")
