@@ -62,6 +62,17 @@ async def larger(admin_url):
     await drop_database(admin_url, url)
 
 
+@pytest.fixture
+def short_walk(monkeypatch):
+    """The short walk of a filtered page made 20 rows: small beside the sets a test pages through, at its size."""
+    from loaders import browse
+
+    monkeypatch.setattr(browse, "WALK_FIRST", 20)
+    browse._numbered.cache_clear()
+    yield browse
+    browse._numbered.cache_clear()
+
+
 async def every_page(served, query: str, field: str, variables: dict, first: int) -> list[dict]:
     found, after, pages = [], None, 0
     while True:
@@ -517,18 +528,15 @@ async def test_a_papers_inbound_total_is_its_kept_total_whenever_that_is_exact(s
 
 
 @pytest.mark.parametrize("which", ["category and window", "category", "window"])
-async def test_a_category_or_a_window_most_cited_first_walks_its_own_totals(larger, monkeypatch, which):
+async def test_a_category_or_a_window_most_cited_first_walks_its_own_totals(larger, short_walk, monkeypatch, which):
     """A category, a window or both, most cited first: after a short walk of the totals (here 20; a broad set
     fills its page there) a page walks the set's own totals, filed by month and category (migration 0030), and
     stops after the page: never the totals of the whole graph cited more, nor every paper of the set; the pages,
     read to the end, are the set's papers in order of their inbound totals, ties by arXiv id."""
     from app.db.pool import BEGIN
-    from loaders import browse
     from loaders.browse import browse_papers, browse_statement, sort_key
 
-    monkeypatch.setattr(browse, "WALK_FIRST", 20)  # the walk's share small beside the set's, at this size
-    browse._numbered.cache_clear()
-
+    browse = short_walk
     _, url, high = larger
     at = high.replace(microsecond=0) + timedelta(seconds=1)
     conn = await asyncpg.connect(url)
@@ -576,21 +584,16 @@ async def test_a_category_or_a_window_most_cited_first_walks_its_own_totals(larg
             assert read < 2000 // 2, read
     finally:
         await conn.close()
-        browse._numbered.cache_clear()
 
 
 @pytest.mark.parametrize("with_category", [False, True])
-async def test_a_window_in_arxiv_id_order_starts_at_the_windows_first_id(larger, monkeypatch, with_category):
+async def test_a_window_in_arxiv_id_order_starts_at_the_windows_first_id(larger, short_walk, with_category):
     """A submission window in arXiv id order (ids follow submission months): after a short walk (here 20
     snapshots; a broad window fills its page there) a page starts at the window's first id after the cursor, so
     no page reads the ids before the window, and the pages, read to the end, are the window's papers in id order,
     whatever the window holds: a late quarter, an early one, a middle one, one day with no paper."""
     from app.db.pool import BEGIN
-    from loaders import browse
     from loaders.browse import browse_papers, browse_statement, sort_key
-
-    monkeypatch.setattr(browse, "WALK_FIRST", 20)
-    browse._numbered.cache_clear()
 
     _, url, high = larger
     at = high.replace(microsecond=0) + timedelta(seconds=1)
@@ -632,4 +635,3 @@ async def test_a_window_in_arxiv_id_order_starts_at_the_windows_first_id(larger,
         assert n >= 40
     finally:
         await conn.close()
-        browse._numbered.cache_clear()
