@@ -127,7 +127,7 @@ def encode_browse(order: str, key: list) -> str:
 def decode_browse(order: str, cursor: str | None, field: str) -> tuple | None:
     """The sort key a browsePapers (order ARXIV_ID, SUBMITTED_AT, INBOUND_COUNT_DESC) or works ("works")
     page continues after; a cursor of another order or field is refused."""
-    from datetime import datetime
+    from datetime import UTC, datetime
 
     if cursor is None:
         return None
@@ -140,7 +140,9 @@ def decode_browse(order: str, cursor: str | None, field: str) -> tuple | None:
                     return (rest[0],)
                 if order == "SUBMITTED_AT" and len(rest) == 2 and isinstance(rest[0], str) and _arxiv_text(rest[1]):
                     at = datetime.fromisoformat(rest[0])
-                    if at.tzinfo is not None:
+                    # In UTC (what the database is sent), within the years the API writes: a time of year 1 east of
+                    # UTC has no UTC value here (OverflowError), and year 1's first instant is sent as -infinity.
+                    if at.tzinfo is not None and 1 < at.astimezone(UTC).year < 9999:
                         return (at, rest[1])
                 if (order == "INBOUND_COUNT_DESC" and len(rest) == 2 and isinstance(rest[0], int)
                         and not isinstance(rest[0], bool) and 0 <= rest[0] < 2**62 and _arxiv_text(rest[1])):

@@ -206,15 +206,15 @@ def browse_sql(order: str, cites_retracted: bool | None, after: bool,
 
 
 def _months(given: tuple[bool, bool, bool]) -> str:
-    """The months a window covers (its UTC submission months, as paper_placements files them; an open end the
-    first or last month filed, of the category given one), as the rows g (m)."""
-    def end(i: int, least: bool) -> str:
-        if given[i]:
-            return f"date_trunc('month', ${i + 3}::timestamptz AT TIME ZONE 'UTC')"
-        return (f"(SELECT {'min' if least else 'max'}(q.month) FROM paper_placements AS q"
-                f"{' WHERE q.primary_category = $3::text' if given[0] else ''})")
-
-    return f"generate_series({end(1, True)}, {end(2, False)}, interval '1 month') AS g (m)"
+    """The months a window covers (its UTC submission months, as paper_placements files them), within the first
+    and last month filed (of the category, given one), as the rows g (m); none when nothing is filed. (A bound is
+    never a month further: the driver sends year 1's first instant as -infinity, and a series from there never
+    ended.)"""
+    category = " WHERE q.primary_category = $3::text" if given[0] else ""
+    first, last = (f"(SELECT {f}(q.month) FROM paper_placements AS q{category})" for f in ("min", "max"))
+    start = f"greatest(date_trunc('month', $4::timestamptz AT TIME ZONE 'UTC'), {first})" if given[1] else first
+    end = f"least(date_trunc('month', $5::timestamptz AT TIME ZONE 'UTC'), {last})" if given[2] else last
+    return f"generate_series(CASE WHEN {first} IS NOT NULL THEN {start} END, {end}, interval '1 month') AS g (m)"
 
 
 def _placed(filters: list[str], given: tuple[bool, bool, bool], after: bool, gate: str) -> str:

@@ -208,6 +208,12 @@ async def test_a_page_is_one_statement_and_cursors_belong_to_their_order(synthet
                                     "browsePapers(first: $first, after: $after, filter: $filter) { edges { cursor } } }",
                                     variables)
         assert message in body["errors"][0]["message"], body
+    from app.cursors import encode_browse  # submission times with no UTC value the database takes: refused
+    for at in ("0001-01-01T00:00:00+05:00", "0001-01-01T00:00:00+00:00", "9999-12-31T23:59:59-05:00"):
+        body = await served.graphql("query($a: String) { browsePapers(orderBy: SUBMITTED_AT, first: 3, after: $a) { "
+                                    "edges { cursor } } }", {"a": encode_browse("SUBMITTED_AT", [at, "1501.00003"])})
+        assert body["errors"][0]["extensions"]["code"] == "BAD_USER_INPUT", (at, body)
+        assert "is not a cursor of browsePapers ordered by SUBMITTED_AT" in body["errors"][0]["message"], body
     body = await served.graphql('{ works(after: "bm9uc2Vuc2U") { edges { cursor } } }')
     assert "is not a cursor of works" in body["errors"][0]["message"]
     response = await served.client.post("/graphql", headers={"Content-Type": "application/json"}, content=(
@@ -633,5 +639,40 @@ async def test_a_window_in_arxiv_id_order_starts_at_the_windows_first_id(larger,
             if len(reads) >= 8:  # a page inside the window reads about a page (the short walk), not the window
                 assert sorted(reads)[len(reads) // 2] <= 3 * 20 + 5 * 8 < inside, (reads, inside)
         assert n >= 40
+    finally:
+        await conn.close()
+
+
+@pytest.mark.parametrize("order", ["ARXIV_ID", "INBOUND_COUNT_DESC"])
+async def test_a_window_from_year_one_ends(larger, short_walk, order):
+    """A window from 0001-01-01T00:00:00Z (the driver sends it as -infinity), with an end, without one, of a
+    category with no paper: the pages past the short walk list the window's papers, and a set with none is empty,
+    at once (a series of months from -infinity never ended: every such page answered TIMEOUT)."""
+    from app.db.pool import BEGIN
+    from loaders.browse import browse_papers, sort_key
+
+    _, url, high = larger
+    at = high.replace(microsecond=0) + timedelta(seconds=1)
+    year_one = datetime(1, 1, 1, tzinfo=timezone.utc)
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute(BEGIN.format(ms=5_000))
+        category, end = await conn.fetchrow("SELECT primary_category, percentile_disc(0.02) WITHIN GROUP (ORDER BY "
+                                            "submitted_at) FROM paper_snapshots GROUP BY 1 ORDER BY 1 LIMIT 1")
+        for window, which in (((year_one, end), category), ((year_one, None), category), ((year_one, end), None),
+                              ((year_one, end), "no.such")):
+            expected = await conn.fetchval(
+                "SELECT count(DISTINCT arxiv_id) FROM paper_snapshots AS s WHERE ($1::text IS NULL OR "
+                "s.primary_category = $1) AND ($2::timestamptz IS NULL OR s.submitted_at <= $2) AND NOT EXISTS "
+                "(SELECT 1 FROM paper_snapshots AS x WHERE x.arxiv_id = s.arxiv_id AND x.observed_at > s.observed_at)",
+                which, window[1])
+            listed, after = [], None
+            while True:
+                page = await browse_papers(conn, at, 50, order, which, *window, None, after)
+                listed += [p.arxiv_id for p, _ in page.papers]
+                if not page.more:
+                    break
+                after = sort_key(order, *page.papers[-1])
+            assert len(listed) == len(set(listed)) == expected, (window, which, len(listed), expected)
     finally:
         await conn.close()
