@@ -73,6 +73,15 @@ _SNAPSHOT_COLUMNS: Final = "s." + PAPER_COLUMNS.replace(", ", ", s.")
 # A filtered page walks this many rows in its order from the cursor first (a broad set fills its page there),
 # then, when they fill no page, the set's own rows (a small category's or an old window's).
 WALK_FIRST: Final = 2_000
+# ... the gate of the set's own walk: the short walk (the CTE "walked") filled no page.
+_SHORT: Final = "(SELECT count(*) FROM walked) < $2"
+
+
+def _short_walk_first(walked: str, order: str, rest: str, *ctes: str) -> str:
+    """A filtered page: the short walk's rows when they fill the page, else the set's own walk (`rest`, gated by
+    _SHORT), in one statement whose one-time filters run one of them."""
+    named = ",\n".join([f"walked AS MATERIALIZED ({walked})", *ctes])
+    return f"WITH {named}\n(SELECT * FROM walked WHERE NOT {_SHORT} ORDER BY {order})\nUNION ALL\n({rest})"
 
 
 _FILTERS: Final = ("primary_category = $3::text", "submitted_at >= $4::timestamptz", "submitted_at <= $5::timestamptz")
@@ -176,31 +185,28 @@ def browse_sql(order: str, cites_retracted: bool | None, after: bool,
                   "AND p.observed_at = c.snapshot_at LIMIT 1")
         filters = filters[:-1]
 
-    def walk(source: str, gate: list[str], past: list[str], most: str = "-t.total") -> str:
+    def walk(source: str, past: list[str], most: str = "-t.total") -> str:
         """The totals of `source` walked most cited first (`most` the key), each with its latest snapshot,
         filtered."""
         return (f"SELECT {_SNAPSHOT_COLUMNS}, t.total AS inbound\nFROM {source}\n"
                 f"CROSS JOIN LATERAL ({latest}) AS s\nWHERE "
-                + "\n  AND ".join([*gate, _TOTALS_EXACT, *filters, *past])
+                + "\n  AND ".join([_TOTALS_EXACT, *filters, *past])
                 + f"\nORDER BY {most}, t.arxiv_id\nLIMIT $2")
 
     cursor = [kept_past] if after else []
     if given is None or not any(given) or cites_retracted is True:
-        kept = walk(totals, [], cursor)
+        kept = walk(totals, cursor)
     else:
         # A category, a window or both: the walk of every total meets a broad set's papers at once but a small
         # category's or an old year's only after every paper cited more (456,277 rows for a year's first page at
         # 1,000,000 papers). So a short walk first (WALK_FIRST totals from the cursor on); when it fills no page,
         # the walk of the set's own totals (migration 0030). One-time filters gate each part: one runs.
-        short = "(SELECT count(*) FROM walked) < $2"
         # (The key a column of the subquery, so the walk's order is known to be the index's: ordered by
         # -t.total outside, the plan read all WALK_FIRST totals and sorted them when a page filled early.)
         walked = walk(f"(SELECT t.*, -t.total AS most FROM paper_inbound_totals AS t"
                       f"{' WHERE ' + kept_past if after else ''} ORDER BY -t.total, t.arxiv_id "
-                      f"LIMIT {WALK_FIRST}) AS t", [], [], "t.most")
-        kept = (f"WITH walked AS MATERIALIZED ({walked})\n"
-                f"(SELECT * FROM walked WHERE NOT {short} ORDER BY inbound DESC, arxiv_id)\nUNION ALL\n"
-                f"({_placed(filters, given, after, short)})")
+                      f"LIMIT {WALK_FIRST}) AS t", [], "t.most")
+        kept = _short_walk_first(walked, "inbound DESC, arxiv_id", _placed(filters, given, after))
     not_exact = f"SELECT {', '.join(['NULL'] * (PAPER_COLUMNS.count(',') + 2))} WHERE NOT {_TOTALS_EXACT}"
     return at_param(f"({kept})\nUNION ALL\n{not_exact}", 1)
 
@@ -217,7 +223,7 @@ def _months(given: tuple[bool, bool, bool]) -> str:
     return f"generate_series(CASE WHEN {first} IS NOT NULL THEN {start} END, {end}, interval '1 month') AS g (m)"
 
 
-def _placed(filters: list[str], given: tuple[bool, bool, bool], after: bool, gate: str) -> str:
+def _placed(filters: list[str], given: tuple[bool, bool, bool], after: bool) -> str:
     """Most cited first within a category, a window or both, from the kept totals filed by submission month and
     category (migration 0030): a category alone is one walk of its index; a window is a walk of each month it
     covers (of the category's, given one), each stopping after a page, merged. A row counts where it names the
@@ -243,10 +249,10 @@ def _placed(filters: list[str], given: tuple[bool, bool, bool], after: bool, gat
                 + "\nORDER BY -k.total, k.arxiv_id\nLIMIT $2")
 
     if not (given[1] or given[2]):
-        return rows([gate, _TOTALS_EXACT])
+        return rows([_SHORT, _TOTALS_EXACT])
     return (f"SELECT b.* FROM {_months(given)}\n"
             f"CROSS JOIN LATERAL ({rows(['k.month = g.m'])}) AS b\n"
-            f"WHERE {gate} AND {_TOTALS_EXACT}\nORDER BY b.inbound DESC, b.arxiv_id\nLIMIT $2")
+            f"WHERE {_SHORT} AND {_TOTALS_EXACT}\nORDER BY b.inbound DESC, b.arxiv_id\nLIMIT $2")
 
 
 def _window_by_id(conditions: list[str], given: tuple[bool, bool, bool], after: bool) -> str:
@@ -259,7 +265,6 @@ def _window_by_id(conditions: list[str], given: tuple[bool, bool, bool], after: 
     last, a window's last page walked every id after it). The second part is gated by a one-time filter: one
     runs."""
     past = "s.arxiv_id > $6::text"
-    short = "(SELECT count(*) FROM walked) < $2"
     # (A category's walk is of its own index: a category and a window fill their middle pages there.)
     category = _filters("s", (given[0], False, False))
     walked = (f"SELECT {_SNAPSHOT_COLUMNS}, NULL::bigint AS inbound\nFROM (SELECT * FROM paper_snapshots AS s"
@@ -283,12 +288,11 @@ def _window_by_id(conditions: list[str], given: tuple[bool, bool, bool], after: 
     # sorted all of it for every page.
     passes = ("CASE WHEN s.arxiv_id > (SELECT most FROM bounds) THEN true WHEN " + "\n    AND ".join(conditions)
               + " THEN true ELSE false END")
-    walk = [short, "s.arxiv_id >= (SELECT least FROM bounds)", *([past] if after else []), *category, passes]
+    walk = [_SHORT, "s.arxiv_id >= (SELECT least FROM bounds)", *([past] if after else []), *category, passes]
     rest = (f"SELECT * FROM (SELECT {_SNAPSHOT_COLUMNS}, NULL::bigint AS inbound\nFROM paper_snapshots AS s\nWHERE "
             + "\n  AND ".join(walk) + "\nORDER BY s.arxiv_id\nLIMIT $2) AS s\n"
             "WHERE s.arxiv_id <= (SELECT most FROM bounds)\nORDER BY s.arxiv_id")
-    return (f"WITH walked AS MATERIALIZED ({walked}),\nbounds AS MATERIALIZED ({bounds})\n"
-            f"(SELECT * FROM walked WHERE NOT {short} ORDER BY arxiv_id)\nUNION ALL\n({rest})")
+    return _short_walk_first(walked, "arxiv_id", rest, f"bounds AS MATERIALIZED ({bounds})")
 
 
 def counted_sql(cites_retracted: bool | None, after: bool, given: tuple[bool, bool, bool] | None = None) -> str:
