@@ -25,6 +25,16 @@ WORKS = """query($filter: WorkFilter, $first: Int, $after: String, $at: DateTime
     pageInfo { hasNextPage endCursor } } }"""
 
 
+async def graph_at(admin_url: str, prefix: str, papers: int) -> tuple[str, datetime]:
+    """A new synth graph (seed 29) and its latest snapshot instant."""
+    url = await synthetic_database(admin_url, prefix, papers, 29)
+    conn = await asyncpg.connect(url)
+    try:
+        return url, await conn.fetchval("SELECT max(observed_at) FROM paper_snapshots")
+    finally:
+        await conn.close()
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def synthetic(admin_url):
     url = await synthetic_database(admin_url, "pith_test_browse", 400, 29)
@@ -52,12 +62,7 @@ async def synthetic(admin_url):
 async def larger(admin_url):
     """5,000 papers over 100 months (50 a month): large enough that the pool's generic plans walk indexes as at
     1,000,000 papers, where 400 papers fit in a few pages read whole."""
-    url = await synthetic_database(admin_url, "pith_test_browse_l", 5000, 29)
-    conn = await asyncpg.connect(url)
-    try:
-        high = await conn.fetchval("SELECT max(observed_at) FROM paper_snapshots")
-    finally:
-        await conn.close()
+    url, high = await graph_at(admin_url, "pith_test_browse_l", 5000)
     yield None, url, high
     await drop_database(admin_url, url)
 
@@ -225,12 +230,7 @@ async def test_a_page_is_one_statement_and_cursors_belong_to_their_order(synthet
 @pytest_asyncio.fixture(loop_scope="session")
 async def written(admin_url):
     """The module's graph in a database of the test's own, for a test that writes to it."""
-    url = await synthetic_database(admin_url, "pith_test_browse_w", 400, 29)
-    conn = await asyncpg.connect(url)
-    try:
-        high = await conn.fetchval("SELECT max(observed_at) FROM paper_snapshots")
-    finally:
-        await conn.close()
+    url, high = await graph_at(admin_url, "pith_test_browse_w", 400)
     async for served in serve(url, StatementLog()):
         yield served, url, high
     await drop_database(admin_url, url)
