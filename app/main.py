@@ -17,15 +17,15 @@ from typing import Any
 import asyncpg
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.middleware.gzip import GZipMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route, WebSocketRoute
 
 from app import metrics
+from app.compression import GZip
 from app.cors import Cors
 from app.db.pool import DeadlinePassed, StatementTimeout, create_pool, pool_rollbacks_expected
-from app.fastpath import GZIP_LEVEL, GZIP_MINIMUM, PreparedFastPath
+from app.fastpath import PreparedFastPath
 from app.graphql.view import GraphQLView
 from app.http import GRAPHQL_PATH, error_response
 from app.limits import MAX_BODY_BYTES, MAX_VARIABLES_BYTES
@@ -135,7 +135,7 @@ def create_app(settings: Settings | None = None, dsn: str | None = None, *,
                                      max_variables=MAX_VARIABLES_BYTES))
     middleware += [
         Middleware(BodyLimitAndCancelOnDisconnect, on_refused=state.charge_refusal),
-        Middleware(GZipMiddleware, minimum_size=GZIP_MINIMUM, compresslevel=GZIP_LEVEL),
+        Middleware(GZip),
     ]
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan,
                     exception_handlers={Exception: _unhandled, 404: web_routes.not_found, 405: web_routes.not_found,

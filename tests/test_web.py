@@ -221,7 +221,12 @@ async def test_gzip_for_large_responses(served):
                                   headers={"accept-encoding": "identity"})
     assert "content-encoding" not in raw.headers
     assert json.loads(raw.content)["as_of"] == AUG9_AS_OF
-    assert gzip.compress(raw.content)  # the identity body is the canonical document
+    async with served.client.stream("GET", "/paper/2402.15627/citation-record.json", params={"as_of": AUG9_AS_OF},
+                                    headers={"accept-encoding": "gzip"}) as streamed:
+        compressed = b"".join([chunk async for chunk in streamed.aiter_raw()])
+    assert gzip.decompress(compressed) == raw.content
+    # ISA-L's deflate (app.compression): smaller than zlib's at the level it replaced, for a sixth of the CPU.
+    assert len(compressed) < len(gzip.compress(raw.content, compresslevel=1))
 
 
 async def test_graphql_over_get_and_graphiql_page(served):
