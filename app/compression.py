@@ -11,7 +11,7 @@ Every path that compresses (the middleware stack, app.fastpath) uses this one cl
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from isal import isal_zlib
 from starlette.datastructures import Headers
@@ -26,8 +26,9 @@ INLINE_MAXIMUM = 64 * 1024 * 1024  # no body the API sends reaches it: never a w
 class _IsalResponder(GZipResponder):
     @property
     def compressor(self) -> Any:
-        if self._compressor is None:
-            self._compressor = isal_zlib.compressobj(self.compresslevel, isal_zlib.DEFLATED, 16 + isal_zlib.MAX_WBITS)
+        if self._compressor is None:  # the zlib API: Starlette calls compress and flush on it
+            self._compressor = cast(Any, isal_zlib.compressobj(self.compresslevel, isal_zlib.DEFLATED,
+                                                               16 + isal_zlib.MAX_WBITS))
         return self._compressor
 
 
