@@ -3,7 +3,7 @@
 A bare ASGI app (no framework, no checks, no document) that answers GET
 /paper/<id>/citation-record.json by sending, on one pooled connection, exactly what pith-graph
 sends for that record: the read transaction's BEGIN, the record's statements
-(loaders.record.record_items: the head, the inbound and outbound items with their standing) with
+(loaders.record.record_items: the head, then both pages' items with their standing) with
 the same parameters, and the ROLLBACK; asyncpg decodes
 every row. It answers with the rows' counts. pith-graph's record can only be slower: the ratio of the
 two (throughput under the same load, latency sequentially) is what the document, the HTTP stack and
@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.db.pool import BEGIN, DEFAULT_STATEMENT_TIMEOUT_MS, create_pool  # noqa: E402
 from app.settings import Settings  # noqa: E402
-from loaders.record import RECORD_HEADS, RECORD_INBOUND_ITEMS, RECORD_OUTBOUND_ITEMS, SERVED_CAPS  # noqa: E402
+from loaders.record import RECORD_HEADS, RECORD_ITEMS, SERVED_CAPS  # noqa: E402
 
 PREFIX, SUFFIX = "/paper/", "/citation-record.json"
 
@@ -40,11 +40,8 @@ async def replay(conn: asyncpg.Connection, arxiv_id: str, at: datetime) -> dict[
         heads = await conn.fetch(RECORD_HEADS, [arxiv_id], at)
         if not heads:
             return {"heads": 0}
-        inbound = await conn.fetch(RECORD_INBOUND_ITEMS, [arxiv_id], [None], [None], [None], at,
-                                   SERVED_CAPS.inbound, None)
-        outbound = await conn.fetch(RECORD_OUTBOUND_ITEMS, [arxiv_id], [None], [None], at,
-                                    SERVED_CAPS.outbound, None, None)
-        return {"heads": len(heads), "inbound": len(inbound), "outbound": len(outbound)}
+        items = await conn.fetch(RECORD_ITEMS, [arxiv_id], at, SERVED_CAPS.inbound, SERVED_CAPS.outbound)
+        return {"heads": len(heads), "inbound": sum(r[0] == 1 for r in items), "outbound": sum(r[0] == 2 for r in items)}
     finally:
         await conn.execute("ROLLBACK")
 

@@ -139,6 +139,43 @@ LOW_KEY = _LOW  # the bound of a first page, for statements built elsewhere (app
 _HIGH = ("chr(1114111)", "2147483647", "'ffffffff-ffff-ffff-ffff-ffffffffffff'::uuid")
 
 
+def inbound_walk(backward: bool, on: str = "o.cited_arxiv_id = k.arxiv_id",
+                 after: tuple[str, str, str] = ("k.key_citing", "k.key_index", "k.key_id"), limit: str = "$6",
+                 statuses: str = "$7::text[]") -> str:
+    """The observations citing each key k in inbound page order, from the cursor `after` (NULLs: from the
+    start, or from the end), at most `limit` of them: only columns of the inbound index, so it is an
+    index-only scan in page order that stops at the limit. `statuses`: NULL for all."""
+    bound, op, order = (_HIGH, "<", "DESC") if backward else (_LOW, ">", "ASC")
+    return f"""
+    SELECT o.observation_id, o.citing_arxiv_id, o.reference_index
+    FROM citation_observations AS o
+    WHERE {on}
+      AND (o.citing_arxiv_id, o.reference_index, o.observation_id)
+          {op} (coalesce({after[0]}, {bound[0]}), coalesce({after[1]}, {bound[1]}), coalesce({after[2]}, {bound[2]}))
+      AND {VISIBLE}
+      AND ({statuses} IS NULL OR {_LATEST_STATUS} = ANY({statuses}))
+    ORDER BY o.citing_arxiv_id {order}, o.reference_index {order}, o.observation_id {order}
+    LIMIT {limit}
+"""
+
+
+def outbound_walk(backward: bool, after: tuple[str, str] = ("k.key_index", "k.key_id"), limit: str = "$5",
+                  statuses: str = "$6::text[]", retracted: str = "$7::boolean") -> str:
+    """The observations of each citing key k in outbound page order, as inbound_walk does for inbound."""
+    bound, op, order = (_HIGH, "<", "DESC") if backward else (_LOW, ">", "ASC")
+    return f"""
+    SELECT o.observation_id, o.reference_index
+    FROM citation_observations AS o
+    WHERE o.citing_arxiv_id = k.arxiv_id
+      AND (o.reference_index, o.observation_id) {op} (coalesce({after[0]}, {bound[1]}), coalesce({after[1]}, {bound[2]}))
+      AND {VISIBLE}
+      AND ({statuses} IS NULL OR {_LATEST_STATUS} = ANY({statuses}))
+      AND ({retracted} IS NULL OR {retracted} = {_RETRACTED})
+    ORDER BY o.reference_index {order}, o.observation_id {order}
+    LIMIT {limit}
+"""
+
+
 def _inbound_pages(backward: bool, on: str = "o.cited_arxiv_id = k.arxiv_id", columns: str = _DETAIL_COLUMNS,
                    joins: str = "") -> str:
     """$1 cited ids, $2..$4 the cursor per key (NULL: from the start, or from the end), $5 instant,
@@ -146,23 +183,12 @@ def _inbound_pages(backward: bool, on: str = "o.cited_arxiv_id = k.arxiv_id", co
     `on` says which observations cite the key: a paper (by default), or a work (WORK_INBOUND_PAGES).
     `columns`: what each row gives of o and its details c, d, w, r (by default, all their columns), with
     `joins` after theirs."""
-    bound, op, order = (_HIGH, "<", "DESC") if backward else (_LOW, ">", "ASC")
+    order = "DESC" if backward else "ASC"
     return f"""
 SELECT k.ord, {columns}
 FROM unnest($1::text[], $2::text[], $3::int[], $4::uuid[])
      WITH ORDINALITY AS k(arxiv_id, key_citing, key_index, key_id, ord)
-CROSS JOIN LATERAL (
-    -- Only columns of the inbound index: an index-only scan in page order that stops at the limit.
-    SELECT o.observation_id, o.citing_arxiv_id, o.reference_index
-    FROM citation_observations AS o
-    WHERE {on}
-      AND (o.citing_arxiv_id, o.reference_index, o.observation_id)
-          {op} (coalesce(k.key_citing, {bound[0]}), coalesce(k.key_index, {bound[1]}), coalesce(k.key_id, {bound[2]}))
-      AND {VISIBLE}
-      AND ($7::text[] IS NULL OR {_LATEST_STATUS} = ANY($7::text[]))
-    ORDER BY o.citing_arxiv_id {order}, o.reference_index {order}, o.observation_id {order}
-    LIMIT $6
-) AS page
+CROSS JOIN LATERAL ({inbound_walk(backward, on)}) AS page
 JOIN citation_observations AS o ON o.observation_id = page.observation_id {_DETAIL_JOINS} {joins}
 ORDER BY k.ord, page.citing_arxiv_id {order}, page.reference_index {order}, page.observation_id {order}
 """
@@ -170,22 +196,11 @@ ORDER BY k.ord, page.citing_arxiv_id {order}, page.reference_index {order}, page
 
 def _outbound_pages(backward: bool, columns: str = _DETAIL_COLUMNS, joins: str = "") -> str:
     """$1 citing ids, $2..$3 the cursor per key, $4 instant, $5 page size, $6 statuses, $7 cites-retracted."""
-    bound, op, order = (_HIGH, "<", "DESC") if backward else (_LOW, ">", "ASC")
+    order = "DESC" if backward else "ASC"
     return f"""
 SELECT k.ord, {columns}
 FROM unnest($1::text[], $2::int[], $3::uuid[]) WITH ORDINALITY AS k(arxiv_id, key_index, key_id, ord)
-CROSS JOIN LATERAL (
-    -- Only columns of the outbound index, as for inbound pages.
-    SELECT o.observation_id, o.reference_index
-    FROM citation_observations AS o
-    WHERE o.citing_arxiv_id = k.arxiv_id
-      AND (o.reference_index, o.observation_id) {op} (coalesce(k.key_index, {bound[1]}), coalesce(k.key_id, {bound[2]}))
-      AND {VISIBLE}
-      AND ($6::text[] IS NULL OR {_LATEST_STATUS} = ANY($6::text[]))
-      AND ($7::boolean IS NULL OR $7::boolean = {_RETRACTED})
-    ORDER BY o.reference_index {order}, o.observation_id {order}
-    LIMIT $5
-) AS page
+CROSS JOIN LATERAL ({outbound_walk(backward)}) AS page
 JOIN citation_observations AS o ON o.observation_id = page.observation_id {_DETAIL_JOINS} {joins}
 ORDER BY k.ord, page.reference_index {order}, page.observation_id {order}
 """

@@ -15,13 +15,14 @@ from loaders.citations import (
     OUTBOUND_PAGES_TEMPLATE,
     VISIBLE,
     PageKey,
-    inbound_total_sql,
-    _inbound_pages,
-    _outbound_pages,
     inbound_page_rows,
+    inbound_total_sql,
+    inbound_walk,
+    linked_sql,
     linked_work_ids,
     observation_from,
     outbound_page_rows,
+    outbound_walk,
     pages_from_rows,
     row_pages,
     totals_from_rows,
@@ -93,40 +94,24 @@ def _paper_short(alias: str) -> str:
             f"""|| ',"version":' || {_text(a + ".latest_version")} || '}}' END""")
 
 
-_CITED_WORK: Final = (
-    # app.record.cited_work: the work's snapshot at the instant, or what the bibliography printed.
-    f"""CASE WHEN w.observed_at IS NULL THEN '{{"arxiv_id":null,"doi":null,"metadata_source":null,"pith_arxiv_id":' """
-    f"""|| {_text("o.cited_arxiv_id")} || ',"snapshot_observed_at":' || {_z("o.source_observed_at")} """
-    f"""|| ',"title":' || {_text("o.printed_title")} || ',"venue":null,"work_id":null,"year":' """
-    f"""|| {_text("o.printed_year")} || '}}' """
-    f"""ELSE '{{"arxiv_id":' || {_text("w.arxiv_id")} || ',"doi":' || {_text("w.doi")} """
+# The work a reference is linked to at the instant, as app.record.cited_work writes it, from its snapshot
+# `w` (see _WORKS), or, with none, from what the bibliography printed (the row o).
+_LINKED_WORK: Final = (
+    f"""'{{"arxiv_id":' || {_text("w.arxiv_id")} || ',"doi":' || {_text("w.doi")} """
     f"""|| ',"metadata_source":' || {_text("w.metadata_source")} """
     f"""|| ',"pith_arxiv_id":' || {_text("w.pith_arxiv_id")} """
     f"""|| ',"snapshot_observed_at":' || {_z("w.observed_at")} || ',"title":' || {_text("w.title")} """
-    f"""|| ',"venue":' || {_text("w.venue")} || ',"work_id":' || {_text("o.work_id")} || ',"year":' """
-    f"""|| {_text("w.year")} || '}}' END""")
+    f"""|| ',"venue":' || {_text("w.venue")} || ',"work_id":' || {_text("w.work_id")} || ',"year":' """
+    f"""|| {_text("w.year")} || '}}'""")
+_PRINTED_WORK: Final = (
+    f"""'{{"arxiv_id":null,"doi":null,"metadata_source":null,"pith_arxiv_id":' """
+    f"""|| {_text("o.cited_arxiv_id")} || ',"snapshot_observed_at":' || {_z("o.source_observed_at")} """
+    f"""|| ',"title":' || {_text("o.printed_title")} || ',"venue":null,"work_id":null,"year":' """
+    f"""|| {_text("o.printed_year")} || '}}'""")
 
-# Up to observation_digest, which sorts between links and observation_id.
-_HEAD: Final = (
-    f"""'{{"citation":{{"cited_paper":' || {_paper_short("d")} || ',"cited_work":' || {_CITED_WORK} """
-    f"""|| ',"citing_paper":' || {_paper_short("c")} || ',"reference_index":' || {_text("o.reference_index")} """
-    f"""|| ',"source":' || {_text("o.source")} || ',"source_observed_at":' || {_z("o.source_observed_at")} """
-    f"""|| '}},"links":{{"cited_paper":' || CASE WHEN d.observed_at IS NULL THEN 'null' """
-    f"""ELSE {_text("'/paper/' || d.arxiv_id")} END || ',"citing_paper":' || {_text("'/paper/' || c.arxiv_id")} """
-    f"""|| '}},'""")
-
-# From observation_id to the notice's key.
-_TAIL: Final = (
-    # Parsed but not yet resolved: unresolved as of the parse (loaders.citations.observation_from).
-    f"""'"observation_id":' || {_text("o.observation_id")} || ',"resolution":' || CASE WHEN r.observed_at IS NULL """
-    f"""THEN '{{"observed_at":' || {_z("o.source_observed_at")} """
-    f"""|| ',"resolver_source":null,"status":"{UNRESOLVED}"}}' """
-    f"""ELSE '{{"observed_at":' || {_z("r.observed_at")} || ',"resolver_source":' || {_text("r.resolver_source")} """
-    f"""|| ',"status":' || {_text("r.status")} || '}}' END || ',"standing_notice":'""")
-
-# app.record.work_standing_notice of the row's linked work: its receipts (latest per source, by source) and
-# its events standing at the instant (rules.NOTICE_ORDER), as STANDING_TEMPLATE reads them.
-_STANDING_JOINS: Final = f"""
+# app.record.work_standing_notice of a work with a snapshot at the instant: its receipts (latest per source,
+# by source) and its events standing then (rules.NOTICE_ORDER), as STANDING_TEMPLATE reads them.
+_NOTICE: Final = f"""
 LEFT JOIN LATERAL (
     SELECT count(*) AS n, max(x.observed_at) AS latest,
            array_agg(x.source ORDER BY x.source COLLATE "C") AS sources,
@@ -135,7 +120,7 @@ LEFT JOIN LATERAL (
                       ',' ORDER BY x.source COLLATE "C") AS list
     FROM (SELECT DISTINCT ON (s.source) s.source, s.observed_at
           FROM standing_receipts AS s
-          WHERE w.observed_at IS NOT NULL AND s.work_id = o.work_id AND s.observed_at <= $AS
+          WHERE s.work_id = w.work_id AND s.observed_at <= $AS
           ORDER BY s.source, s.observed_at DESC) AS x
 ) AS rc ON true
 LEFT JOIN LATERAL (
@@ -146,31 +131,88 @@ LEFT JOIN LATERAL (
                       || ',"source":' || {_text("e.source")} || '}}',
                       ',' ORDER BY {event_order_sql("e")}) AS list
     FROM work_events AS e
-    WHERE w.observed_at IS NOT NULL AND e.work_id = o.work_id AND {stands_sql("e")}
-) AS ev ON true
-CROSS JOIN LATERAL (
-    SELECT {_HEAD} AS head, {_TAIL} AS tail,
-           CASE WHEN w.observed_at IS NULL THEN '{canonical(_unavailable("canonical_work_link_unavailable"))}'
-                WHEN rc.n = 0 THEN '{canonical(_unavailable("standing_sources_not_queried"))}'
-                ELSE '{{"events":[' || coalesce(ev.list, '') || '],"observation":' || to_json(
-                         CASE WHEN ev.n = 0 THEN 'No event' ELSE ev.n || ' event' || CASE WHEN ev.n = 1 THEN ''
-                              ELSE 's' END END
-                         || ' found in the named queried sources as of '
-                         || {_instant("rc.latest", "+00:00")} || '.')::text
-                     || ',"reason":null,"source_receipts":[' || rc.list || '],"state":"measured"}}' END AS notice
-) AS part"""
+    WHERE e.work_id = w.work_id AND {stands_sql("e")}
+) AS ev ON true"""
+_NOTICE_TEXT: Final = (
+    f"""CASE WHEN rc.n = 0 THEN '{canonical(_unavailable("standing_sources_not_queried"))}'
+         ELSE '{{"events":[' || coalesce(ev.list, '') || '],"observation":' || to_json(
+                  CASE WHEN ev.n = 0 THEN 'No event' ELSE ev.n || ' event' || CASE WHEN ev.n = 1 THEN ''
+                       ELSE 's' END END
+                  || ' found in the named queried sources as of '
+                  || {_instant("rc.latest", "+00:00")} || '.')::text
+              || ',"reason":null,"source_receipts":[' || rc.list || '],"state":"measured"}}' END""")
 
-# The item's bytes before and after its digest (app.record.record_bytes puts the digest between them).
-RECORD_ITEM_COLUMNS: Final = f"""
-       convert_to(part.head, 'UTF8') AS head, convert_to(part.tail || part.notice || '}}', 'UTF8') AS rest,
-       coalesce(r.status, '{UNRESOLVED}') AS status,
-       CASE WHEN w.observed_at IS NOT NULL THEN o.work_id END AS linked_work_id,
-       o.source_observed_at, rc.sources, rc.observed"""
-# The record's pages as items: the pages' statements (the same walk, order and visibility), these columns.
-RECORD_INBOUND_ITEMS: Final = at_param(_inbound_pages(backward=False, columns=RECORD_ITEM_COLUMNS,
-                                                      joins=_STANDING_JOINS), 5)
-RECORD_OUTBOUND_ITEMS: Final = at_param(_outbound_pages(backward=False, columns=RECORD_ITEM_COLUMNS,
-                                                        joins=_STANDING_JOINS), 4)
+# The record's items of each paper $1 at the instant $AS: its first $3 inbound and $4 outbound observations
+# (the pages' walks, order and visibility: loaders.citations), each written once as its canonical JSON
+# (app.record._item, standing_notice and _finished make the same bytes: tests/test_record_items.py), in
+# one statement. Whatever repeats across the rows is made once: each paper's short form (every inbound row
+# names the paper itself, every outbound row its citing paper) and each linked work's part and standing
+# notice (a paper's inbound rows are mostly linked to its one work).
+RECORD_ITEMS_TEMPLATE: Final = f"""
+WITH k AS (SELECT * FROM unnest($1::text[]) WITH ORDINALITY AS k(arxiv_id, ord)),
+page AS MATERIALIZED (
+    SELECT 1 AS direction, k.ord, p.observation_id, p.citing_arxiv_id AS key_citing, p.reference_index
+    FROM k CROSS JOIN LATERAL ({inbound_walk(False, after=("NULL::text", "NULL::int", "NULL::uuid"), limit="$3",
+                                             statuses="NULL::text[]")}) AS p
+    UNION ALL
+    SELECT 2, k.ord, p.observation_id, NULL, p.reference_index
+    FROM k CROSS JOIN LATERAL ({outbound_walk(False, after=("NULL::int", "NULL::uuid"), limit="$4",
+                                              statuses="NULL::text[]", retracted="NULL::boolean")}) AS p
+),
+obs AS MATERIALIZED (
+    SELECT page.direction, page.ord, page.key_citing, o.*, {linked_sql("o")} AS linked
+    FROM page JOIN citation_observations AS o ON o.observation_id = page.observation_id
+),
+papers AS MATERIALIZED (
+    SELECT s.arxiv_id, {_paper_short("s")} AS short, {_text("'/paper/' || s.arxiv_id")} AS link
+    FROM (SELECT o.citing_arxiv_id FROM obs AS o
+          UNION SELECT o.cited_arxiv_id FROM obs AS o WHERE o.cited_arxiv_id IS NOT NULL) AS ids(arxiv_id)
+    CROSS JOIN LATERAL (
+        SELECT * FROM paper_snapshots AS s
+        WHERE s.arxiv_id = ids.arxiv_id AND s.observed_at <= $AS
+        ORDER BY s.observed_at DESC LIMIT 1
+    ) AS s
+),
+works AS MATERIALIZED (
+    SELECT w.work_id, {_LINKED_WORK} AS cited, {_NOTICE_TEXT} AS notice, rc.sources, rc.observed
+    FROM (SELECT DISTINCT o.work_id FROM obs AS o WHERE o.linked AND o.work_id IS NOT NULL) AS ids
+    CROSS JOIN LATERAL (
+        SELECT * FROM work_snapshots AS s
+        WHERE s.work_id = ids.work_id AND s.observed_at <= $AS
+        ORDER BY s.observed_at DESC LIMIT 1
+    ) AS w {_NOTICE}
+)
+SELECT o.direction, o.ord,
+       convert_to('{{"citation":{{"cited_paper":' || coalesce(d.short, 'null')
+                  || ',"cited_work":' || coalesce(w.cited, {_PRINTED_WORK})
+                  || ',"citing_paper":' || c.short || ',"reference_index":' || {_text("o.reference_index")}
+                  || ',"source":' || {_text("o.source")} || ',"source_observed_at":' || {_z("o.source_observed_at")}
+                  || '}},"links":{{"cited_paper":' || coalesce(d.link, 'null') || ',"citing_paper":' || c.link
+                  || '}},', 'UTF8') AS head,
+       convert_to('"observation_id":' || {_text("o.observation_id")} || ',"resolution":'
+                  || CASE WHEN r.observed_at IS NULL
+                          -- Parsed but not yet resolved: unresolved as of the parse (loaders.citations.observation_from).
+                          THEN '{{"observed_at":' || {_z("o.source_observed_at")}
+                               || ',"resolver_source":null,"status":"{UNRESOLVED}"}}'
+                          ELSE '{{"observed_at":' || {_z("r.observed_at")} || ',"resolver_source":'
+                               || {_text("r.resolver_source")} || ',"status":' || {_text("r.status")} || '}}' END
+                  || ',"standing_notice":'
+                  || coalesce(w.notice, '{canonical(_unavailable("canonical_work_link_unavailable"))}') || '}}',
+                  'UTF8') AS rest,
+       coalesce(r.status, '{UNRESOLVED}') AS status, w.work_id AS linked_work_id, o.source_observed_at,
+       w.sources, w.observed
+FROM obs AS o
+JOIN papers AS c ON c.arxiv_id = o.citing_arxiv_id  -- a visible observation's citing paper has a snapshot
+LEFT JOIN papers AS d ON d.arxiv_id = o.cited_arxiv_id
+LEFT JOIN works AS w ON o.linked AND w.work_id = o.work_id
+LEFT JOIN LATERAL (
+    SELECT * FROM resolutions AS s
+    WHERE s.observation_id = o.observation_id AND s.observed_at <= $AS
+    ORDER BY s.observed_at DESC LIMIT 1
+) AS r ON true
+ORDER BY o.direction, o.ord, o.key_citing, o.reference_index, o.observation_id
+"""
+RECORD_ITEMS: Final = at_param(RECORD_ITEMS_TEMPLATE, 2)
 
 
 async def record_rows(db: Db, arxiv_ids: Sequence[str], as_of: datetime,
@@ -240,28 +282,27 @@ async def _heads(db: Db, arxiv_ids: Sequence[str], as_of: datetime, caps: Caps |
     return papers, counts, measurements, per_paper
 
 
-def _pieces(rows: Sequence[Any], n: int, caps: Sequence[int]) -> list[list[ItemPiece]]:
-    pages: list[list[ItemPiece]] = [[] for _ in range(n)]
+def _pieces(rows: Sequence[Any], n: int, caps: Sequence[Caps]) -> tuple[list[list[ItemPiece]], list[list[ItemPiece]]]:
+    """Each paper's inbound and outbound items from RECORD_ITEMS' rows, within the paper's own caps."""
+    pages: tuple[list[list[ItemPiece]], list[list[ItemPiece]]] = ([[] for _ in range(n)], [[] for _ in range(n)])
     for row in rows:
-        pages[row[0] - 1].append(ItemPiece(*row[1:]))
-    return [page[:cap] for page, cap in zip(pages, caps, strict=True)]
+        pages[row[0] - 1][row[1] - 1].append(ItemPiece(*row[2:]))
+    return ([page[: c.inbound] for page, c in zip(pages[0], caps, strict=True)],
+            [page[: c.outbound] for page, c in zip(pages[1], caps, strict=True)])
 
 
 async def record_items(db: Db, arxiv_ids: Sequence[str], as_of: datetime,
                        caps: Caps | None = SERVED_CAPS) -> list[RecordItems | None]:
     """record_rows with the observations as items the database writes (app.record.record_bytes builds the
-    document around them): three statements (the head, the two pages with their standing), the same rows,
-    none of them made into objects."""
+    document around them): two statements (the head, then both pages' items with their standing), the
+    same rows, none of them made into objects."""
     papers, counts, measurements, per_paper = await _heads(db, arxiv_ids, as_of, caps)
     present = [p for p in papers if p is not None]
     if not present:
         return [None] * len(arxiv_ids)
-    ids, n, none = [p.arxiv_id for p in present], len(present), [None] * len(present)
-    inbound = _pieces(await db.fetch(RECORD_INBOUND_ITEMS, ids, none, none, none, as_of,
-                                     max(c.inbound for c in per_paper), None), n, [c.inbound for c in per_paper])
-    outbound = _pieces(await db.fetch(RECORD_OUTBOUND_ITEMS, ids, none, none, as_of,
-                                      max(c.outbound for c in per_paper), None, None), n,
-                       [c.outbound for c in per_paper])
+    ids, n = [p.arxiv_id for p in present], len(present)
+    inbound, outbound = _pieces(await db.fetch(RECORD_ITEMS, ids, as_of, max(c.inbound for c in per_paper),
+                                               max(c.outbound for c in per_paper)), n, per_paper)
     built = {
         p.arxiv_id: RecordItems(as_of=as_of, paper=p, counts=counts[i], inbound=inbound[i], outbound=outbound[i],
                                 measurements=measurements[i], caps=per_paper[i])
