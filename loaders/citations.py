@@ -167,7 +167,8 @@ def outbound_walk(backward: bool, after: tuple[str, str] = ("k.key_index", "k.ke
     SELECT o.observation_id, o.reference_index
     FROM citation_observations AS o
     WHERE o.citing_arxiv_id = k.arxiv_id
-      AND (o.reference_index, o.observation_id) {op} (coalesce({after[0]}, {bound[1]}), coalesce({after[1]}, {bound[2]}))
+      AND (o.reference_index, o.observation_id)
+          {op} (coalesce({after[0]}, {bound[1]}), coalesce({after[1]}, {bound[2]}))
       AND {VISIBLE}
       AND ({statuses} IS NULL OR {_LATEST_STATUS} = ANY({statuses}))
       AND ({retracted} IS NULL OR {retracted} = {_RETRACTED})

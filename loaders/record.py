@@ -191,7 +191,7 @@ SELECT o.direction, o.ord,
                   || '}},', 'UTF8') AS head,
        convert_to('"observation_id":' || {_text("o.observation_id")} || ',"resolution":'
                   || CASE WHEN r.observed_at IS NULL
-                          -- Parsed but not yet resolved: unresolved as of the parse (loaders.citations.observation_from).
+                          -- Parsed, not yet resolved: unresolved as of the parse (citations.observation_from).
                           THEN '{{"observed_at":' || {_z("o.source_observed_at")}
                                || ',"resolver_source":null,"status":"{UNRESOLVED}"}}'
                           ELSE '{{"observed_at":' || {_z("r.observed_at")} || ',"resolver_source":'
