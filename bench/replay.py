@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.db.pool import BEGIN, DEFAULT_STATEMENT_TIMEOUT_MS, create_pool  # noqa: E402
 from app.settings import Settings  # noqa: E402
-from loaders.record import RECORD_HEADS, RECORD_ITEMS, SERVED_CAPS  # noqa: E402
+from loaders.record import RECORD, SERVED_CAPS  # noqa: E402
 
 PREFIX, SUFFIX = "/paper/", "/citation-record.json"
 
@@ -37,11 +37,9 @@ async def replay(conn: asyncpg.Connection, arxiv_id: str, at: datetime) -> dict[
     """The statements of one record, as loaders.record.record_items sends them for one paper."""
     await conn.execute(BEGIN.format(ms=DEFAULT_STATEMENT_TIMEOUT_MS))
     try:
-        heads = await conn.fetch(RECORD_HEADS, [arxiv_id], at)
-        if not heads:
-            return {"heads": 0}
-        items = await conn.fetch(RECORD_ITEMS, [arxiv_id], at, SERVED_CAPS.inbound, SERVED_CAPS.outbound)
-        return {"heads": len(heads), "inbound": sum(r[0] == 1 for r in items), "outbound": sum(r[0] == 2 for r in items)}
+        rows = await conn.fetch(RECORD, [arxiv_id], at, SERVED_CAPS.inbound, SERVED_CAPS.outbound)
+        return {"heads": sum(r[0] == 0 for r in rows), "inbound": sum(r[0] == 1 for r in rows),
+                "outbound": sum(r[0] == 2 for r in rows)}
     finally:
         await conn.execute("ROLLBACK")
 

@@ -39,8 +39,7 @@ U = TypeVar("U")
 # Each paper's snapshot at the instant with its record's head facts, in one statement: its visible
 # inbound and outbound totals (as citation_counts counts them) and its latest measurement per source
 # (the measurements statement itself, as a CTE), by source.
-RECORD_HEADS: Final = f"""
-WITH m AS ({MEASUREMENTS_BY_ARXIV_ID})
+RECORD_HEAD_COLUMNS: Final = f"""
 SELECT p.*,
        {inbound_total_sql("p.arxiv_id", "$2")} AS inbound_total,
        (SELECT count(*) FROM citation_observations AS o
@@ -50,6 +49,7 @@ SELECT p.*,
        ARRAY(SELECT m.count FROM m WHERE m.arxiv_id = p.arxiv_id ORDER BY m.source) AS m_count
 FROM ({PAPER_SNAPSHOTS_BY_ARXIV_ID}) AS p
 """
+RECORD_HEADS: Final = f"WITH m AS ({MEASUREMENTS_BY_ARXIV_ID})\n{RECORD_HEAD_COLUMNS}"
 
 SERVED_CAPS = Caps()
 
@@ -142,14 +142,17 @@ _NOTICE_TEXT: Final = (
                   || {_instant("rc.latest", "+00:00")} || '.')::text
               || ',"reason":null,"source_receipts":[' || rc.list || '],"state":"measured"}}' END""")
 
-# The record's items of each paper $1 at the instant $AS: its first $3 inbound and $4 outbound observations
-# (the pages' walks, order and visibility: loaders.citations), each written once as its canonical JSON
-# (app.record._item, standing_notice and _finished make the same bytes: tests/test_record_items.py), in
-# one statement. Whatever repeats across the rows is made once: each paper's short form (every inbound row
-# names the paper itself, every outbound row its citing paper) and each linked work's part and standing
-# notice (a paper's inbound rows are mostly linked to its one work).
-RECORD_ITEMS_TEMPLATE: Final = f"""
-WITH k AS (SELECT * FROM unnest($1::text[]) WITH ORDINALITY AS k(arxiv_id, ord)),
+# The record of each paper $1 at the instant $AS, in one statement: a head row (direction 0: RECORD_HEAD_COLUMNS)
+# for each paper with a snapshot by then, and its items: its first $3 inbound (direction 1) and $4 outbound
+# (direction 2) observations (the pages' walks, order and visibility: loaders.citations; NULL caps: all), each
+# written as its canonical JSON (app.record._item, standing_notice and _finished make the same bytes:
+# tests/test_record_items.py). Whatever repeats across the rows is made once: each paper's short form (every
+# inbound row names the paper itself, every outbound row its citing paper) and each linked work's part and
+# standing notice (a paper's inbound rows are mostly linked to its one work).
+RECORD_TEMPLATE: Final = f"""
+WITH m AS ({MEASUREMENTS_BY_ARXIV_ID}),
+heads AS MATERIALIZED ({RECORD_HEAD_COLUMNS}),
+k AS (SELECT h.arxiv_id, h.ord FROM heads AS h),
 page AS MATERIALIZED (
     SELECT 1 AS direction, k.ord, p.observation_id, p.citing_arxiv_id AS key_citing, p.reference_index
     FROM k CROSS JOIN LATERAL ({inbound_walk(False, after=("NULL::text", "NULL::int", "NULL::uuid"), limit="$3",
@@ -181,8 +184,9 @@ works AS MATERIALIZED (
         WHERE s.work_id = ids.work_id AND s.observed_at <= $AS
         ORDER BY s.observed_at DESC LIMIT 1
     ) AS w {_NOTICE}
-)
-SELECT o.direction, o.ord,
+),
+items AS (
+SELECT o.direction, o.ord, o.key_citing, o.reference_index AS key_index, o.observation_id AS key_id,
        convert_to('{{"citation":{{"cited_paper":' || coalesce(d.short, 'null')
                   || ',"cited_work":' || coalesce(w.cited, {_PRINTED_WORK})
                   || ',"citing_paper":' || c.short || ',"reference_index":' || {_text("o.reference_index")}
@@ -210,9 +214,19 @@ LEFT JOIN LATERAL (
     WHERE s.observation_id = o.observation_id AND s.observed_at <= $AS
     ORDER BY s.observed_at DESC LIMIT 1
 ) AS r ON true
-ORDER BY o.direction, o.ord, o.key_citing, o.reference_index, o.observation_id
+)
+SELECT 0 AS direction, h.ord, NULL::text AS key_citing, NULL::int AS key_index, NULL::uuid AS key_id,
+       NULL::bytea AS head, NULL::bytea AS rest, NULL::text AS status, NULL::uuid AS linked_work_id,
+       NULL::timestamptz AS source_observed_at, NULL::text[] AS sources, NULL::timestamptz[] AS observed,
+       h.arxiv_id, h.observed_at, h.title, h.latest_version, h.primary_category, h.submitted_at, h.last_updated,
+       h.inbound_total, h.outbound_total, h.m_source, h.m_observed_at, h.m_count
+FROM heads AS h
+UNION ALL
+SELECT i.*, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+FROM items AS i
+ORDER BY 1, 2, 3, 4, 5
 """
-RECORD_ITEMS: Final = at_param(RECORD_ITEMS_TEMPLATE, 2)
+RECORD: Final = at_param(RECORD_TEMPLATE, 2)
 
 
 async def record_rows(db: Db, arxiv_ids: Sequence[str], as_of: datetime,
@@ -274,41 +288,40 @@ async def _heads(db: Db, arxiv_ids: Sequence[str], as_of: datetime, caps: Caps |
     counts = [Counts(inbound=by_id[a]["inbound_total"], outbound=by_id[a]["outbound_total"]) for a in ids]
     measurements = [[Measurement(a, *m) for m in zip(by_id[a]["m_source"], by_id[a]["m_observed_at"],
                                                      by_id[a]["m_count"], strict=True)] for a in ids]
-    if caps is None:
-        per_paper = [replace(SERVED_CAPS, inbound=max(SERVED_CAPS.inbound, c.inbound),
-                             outbound=max(SERVED_CAPS.outbound, c.outbound)) for c in counts]
-    else:
-        per_paper = [caps] * len(ids)
-    return papers, counts, measurements, per_paper
+    return papers, counts, measurements, [_caps(caps, c) for c in counts]
 
 
-def _pieces(rows: Sequence[Any], n: int, caps: Sequence[Caps]) -> tuple[list[list[ItemPiece]], list[list[ItemPiece]]]:
-    """Each paper's inbound and outbound items from RECORD_ITEMS' rows, within the paper's own caps."""
-    pages: tuple[list[list[ItemPiece]], list[list[ItemPiece]]] = ([[] for _ in range(n)], [[] for _ in range(n)])
-    for row in rows:
-        pages[row[0] - 1][row[1] - 1].append(ItemPiece(*row[2:]))
-    return ([page[: c.inbound] for page, c in zip(pages[0], caps, strict=True)],
-            [page[: c.outbound] for page, c in zip(pages[1], caps, strict=True)])
+def _caps(caps: Caps | None, counts: Counts) -> Caps:
+    """The caps a record discloses: the served ones, or with caps=None (uncapped) the larger of them and its totals."""
+    if caps is not None:
+        return caps
+    return replace(SERVED_CAPS, inbound=max(SERVED_CAPS.inbound, counts.inbound),
+                   outbound=max(SERVED_CAPS.outbound, counts.outbound))
 
 
 async def record_items(db: Db, arxiv_ids: Sequence[str], as_of: datetime,
                        caps: Caps | None = SERVED_CAPS) -> list[RecordItems | None]:
     """record_rows with the observations as items the database writes (app.record.record_bytes builds the
-    document around them): two statements (the head, then both pages' items with their standing), the
-    same rows, none of them made into objects."""
-    papers, counts, measurements, per_paper = await _heads(db, arxiv_ids, as_of, caps)
-    present = [p for p in papers if p is not None]
-    if not present:
-        return [None] * len(arxiv_ids)
-    ids, n = [p.arxiv_id for p in present], len(present)
-    inbound, outbound = _pieces(await db.fetch(RECORD_ITEMS, ids, as_of, max(c.inbound for c in per_paper),
-                                               max(c.outbound for c in per_paper)), n, per_paper)
-    built = {
-        p.arxiv_id: RecordItems(as_of=as_of, paper=p, counts=counts[i], inbound=inbound[i], outbound=outbound[i],
-                                measurements=measurements[i], caps=per_paper[i])
-        for i, p in enumerate(present)
-    }
-    return [built.get(a) if p is not None else None for a, p in zip(arxiv_ids, papers, strict=True)]
+    document around them): one statement (RECORD: each paper's head, then both pages' items with their
+    standing), the same rows, none of them made into objects. caps=None: every observation (LIMIT NULL)."""
+    rows = await db.fetch(RECORD, list(arxiv_ids), as_of, None if caps is None else caps.inbound,
+                          None if caps is None else caps.outbound)
+    n = len(arxiv_ids)
+    heads = [row for row in rows if row[0] == 0]
+    papers = papers_from_rows(heads, n)
+    pieces: list[tuple[list[ItemPiece], list[ItemPiece]]] = [([], []) for _ in range(n)]
+    for row in rows:
+        if row[0]:
+            pieces[row[1] - 1][row[0] - 1].append(ItemPiece(*row[5:12]))
+    found: list[RecordItems | None] = [None] * n
+    for head in heads:
+        i = head["ord"] - 1
+        counts = Counts(inbound=head["inbound_total"], outbound=head["outbound_total"])
+        measurements = [Measurement(head["arxiv_id"], *m) for m in zip(head["m_source"], head["m_observed_at"],
+                                                                      head["m_count"], strict=True)]
+        found[i] = RecordItems(as_of=as_of, paper=papers[i], counts=counts, inbound=pieces[i][0],
+                               outbound=pieces[i][1], measurements=measurements, caps=_caps(caps, counts))
+    return found
 
 
 async def record_history(db: Db, arxiv_id: str, instants: Sequence[datetime],

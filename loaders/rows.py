@@ -250,7 +250,7 @@ class RecordRows:
 
 
 class ItemPiece(NamedTuple):
-    """One observation's record item as the database writes it (loaders.record.RECORD_ITEMS): its
+    """One observation's record item as the database writes it (loaders.record.RECORD): its
     canonical bytes before its digest (`head`: citation and links) and after it (`rest`: observation id,
     resolution and notice), with the facts the document around it needs."""
 

@@ -127,8 +127,8 @@ async def test_measurements_reach_the_records(graph):
     assert graph[6] > 0
 
 
-async def test_served_record_equals_the_assembly_in_two_statements(graph):
-    """The head, then both pages' items with their standing (loaders.record.RECORD_ITEMS)."""
+async def test_served_record_equals_the_assembly_in_one_statement(graph):
+    """The head, then both pages' items with their standing, in one statement (loaders.record.RECORD)."""
     pool, url = graph[0], graph[5]
     log = StatementLog()
     async for s in serve(url, log):
@@ -142,7 +142,7 @@ async def test_served_record_equals_the_assembly_in_two_statements(graph):
                 continue
             assert response.status_code == 200
             assert response.content == record.canonical_bytes(record.build_record(expected))
-            assert len(log.counted) == 2
+            assert len(log.counted) == 1
 
 
 async def test_a_record_request_cancelled_mid_way_gives_its_connection_back(graph):
@@ -175,21 +175,21 @@ async def test_what_repeats_across_a_records_items_is_made_once(graph):
     """In the items statement, each distinct paper's short form and each distinct linked work's part and
     standing notice are made once, not once per row: a hot paper's inbound rows all name it and mostly its
     one work. Read from EXPLAIN ANALYZE under the pool's generic plan."""
-    from loaders.record import RECORD_ITEMS
+    from loaders.record import RECORD
 
     pool, hot, high, url = graph[0], graph[2], graph[4], graph[5]
     at = high + timedelta(days=1)
     conn = await asyncpg.connect(url, server_settings={"plan_cache_mode": "force_generic_plan", "jit": "off"})
     try:
         for arxiv_id in hot:
-            rows = await conn.fetch(RECORD_ITEMS, [arxiv_id], at, 100, 100)
+            rows = [r for r in await conn.fetch(RECORD, [arxiv_id], at, 100, 100) if r["direction"]]
             papers = await conn.fetchval(
                 "SELECT count(DISTINCT x) FROM citation_observations AS o, LATERAL (VALUES (o.citing_arxiv_id), "
                 "(o.cited_arxiv_id)) AS v(x) WHERE o.observation_id = ANY($1::uuid[]) AND x IS NOT NULL",
                 [r["rest"].split(b'"observation_id":"')[1][:36].decode() for r in rows])
             works = len({r["linked_work_id"] for r in rows if r["linked_work_id"] is not None})
             assert len(rows) > 20 and works < len(rows) / 2  # the hot paper's rows share their works
-            (plan,) = orjson.loads(await conn.fetchval("EXPLAIN (ANALYZE, FORMAT JSON) " + RECORD_ITEMS,
+            (plan,) = orjson.loads(await conn.fetchval("EXPLAIN (ANALYZE, FORMAT JSON) " + RECORD,
                                                        [arxiv_id], at, 100, 100))
             made = {n["Subplan Name"]: n for n in _nodes(plan["Plan"]) if n.get("Subplan Name", "").startswith("CTE ")}
             assert made["CTE works"]["Actual Rows"] == works, made["CTE works"]
