@@ -37,17 +37,24 @@ TOTALS_EXACT: Final = ("$AS >= coalesce((SELECT max(counted_until) FROM paper_in
                        "'-infinity'::timestamptz)")
 
 
-def kept_total_sql(paper: str) -> str:
-    """The paper's kept inbound total (0 without a row): its total wherever TOTALS_EXACT holds."""
-    return f"coalesce((SELECT t.total FROM paper_inbound_totals AS t WHERE t.arxiv_id = {paper}), 0)"
-
-
 def inbound_total_sql(paper: str, at: str = "$AS") -> str:
-    """The paper's visible inbound total at the instant `at` (inbound { totalCount }): its kept total, one
-    probe, at any instant the kept totals are exact for (every ordinary "now"); counted from its observations
-    before that. A hub's count read 640,659 index entries (1-2 s at 1,000,000 papers); the probe reads one."""
-    return (f"(CASE WHEN {TOTALS_EXACT.replace('$AS', at)} THEN {kept_total_sql(paper)} ELSE (SELECT count(*) FROM "
-            f"citation_observations AS o WHERE o.cited_arxiv_id = {paper} AND {VISIBLE.replace('$AS', at)}) END)")
+    """The paper's visible inbound total at the instant `at` (inbound { totalCount }), from its kept total
+    (migration 0011: every observation with a visible_from, and the latest visible_from counted):
+    - at any instant from its own latest visible_from on (every ordinary "now"), the kept total: one probe.
+      (A hub's count read 640,659 index entries, 1-2 s at 1,000,000 papers; the probe reads one.)
+    - before it, the kept total less its observations visible only after the instant, when those are at most
+      half of it (a walk of the index by paper and visible_from, from the instant); otherwise the observations
+      visible by then, counted (then fewer than half). Either way at most about half the paper's citations
+      are read, and a few citations dated after the instant (a source's clock ahead of ours, an import
+      dated later) cost a few index entries, for that paper alone."""
+    later = (f"SELECT FROM citation_observations AS o WHERE o.cited_arxiv_id = {paper} AND o.visible_from > {at} "
+             "LIMIT kept.total / 2 + 1")
+    counted = (f"SELECT count(*) FROM citation_observations AS o WHERE o.cited_arxiv_id = {paper} "
+               f"AND {VISIBLE.replace('$AS', at)}")
+    return (f"coalesce((SELECT CASE WHEN kept.counted_until IS NULL OR kept.counted_until <= {at} THEN kept.total "
+            f"ELSE (SELECT CASE WHEN a.n <= kept.total / 2 THEN kept.total - a.n ELSE ({counted}) END "
+            f"FROM (SELECT count(*) AS n FROM ({later}) AS x) AS a) END "
+            f"FROM paper_inbound_totals AS kept WHERE kept.arxiv_id = {paper}), 0)")
 
 
 def linked_sql(alias: str = "o", at: str = "$AS") -> str:
@@ -220,11 +227,10 @@ OUTBOUND_PAGES: Final = at_param(OUTBOUND_PAGES_TEMPLATE, 4)
 OUTBOUND_PAGES_BACKWARD: Final = at_param(_outbound_pages(backward=True), 4)
 
 # $1 paper ids (work ids for 'work'), $2 'in', 'out' or 'work' per key, $3 instant, $4 statuses, $5 cites-retracted (outbound only).
-# A paper's whole inbound total at an instant the kept totals are exact for is its kept total (one probe,
-# inbound_total_sql's rule); any other count is counted.
+# A paper's whole inbound total is inbound_total_sql's (from its kept total); any other count is counted.
 CITATION_COUNTS_TEMPLATE: Final = f"""
-SELECT k.ord, CASE WHEN k.direction = 'in' AND $4::text[] IS NULL AND $5::boolean IS NULL AND {TOTALS_EXACT}
-                   THEN {kept_total_sql("k.arxiv_id")}
+SELECT k.ord, CASE WHEN k.direction = 'in' AND $4::text[] IS NULL AND $5::boolean IS NULL
+                   THEN {inbound_total_sql("k.arxiv_id")}
                    ELSE (
     SELECT count(*)
     FROM (

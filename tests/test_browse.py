@@ -533,6 +533,56 @@ async def test_a_papers_inbound_total_is_its_kept_total_whenever_that_is_exact(s
         await conn.close()
 
 
+async def test_a_papers_total_before_its_latest_citation_reads_only_what_came_after(synthetic):
+    """A paper's inbound total at an instant before its latest citation is its kept total less the citations
+    visible only later, read from the index by paper and visible_from, when they are at most half of it: a
+    citation dated after "now" (a source's clock ahead, an import dated later) costs its paper a few index
+    entries and every other paper nothing (it used to make every paper's total, and every most-cited page,
+    count the graph); a recent instant reads the recent citations, an old one counts the fewer before it."""
+    from loaders.citations import CITATION_COUNTS
+    from loaders.record import RECORD_HEADS
+
+    _, url, high = synthetic
+    now = high + timedelta(days=1)
+    conn = await asyncpg.connect(url)
+    try:
+        hub, total = await conn.fetchrow("SELECT arxiv_id, total FROM paper_inbound_totals ORDER BY total DESC, "
+                                         "arxiv_id LIMIT 1")
+        other = await conn.fetchval("SELECT arxiv_id FROM paper_inbound_totals WHERE total > 10 AND arxiv_id <> $1 "
+                                    "ORDER BY arxiv_id LIMIT 1", hub)
+        citing = await conn.fetchval("SELECT citing_arxiv_id FROM citation_observations LIMIT 1")
+        times = [r[0] for r in await conn.fetch("SELECT visible_from FROM citation_observations WHERE cited_arxiv_id "
+                                                "= $1 AND visible_from IS NOT NULL ORDER BY visible_from", hub)]
+        recent, old = times[len(times) * 9 // 10] - timedelta(microseconds=1), times[len(times) // 10]
+        await conn.execute("BEGIN; SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL jit = off")
+        try:
+            later = now + timedelta(days=365)
+            await conn.execute("INSERT INTO citation_observations (observation_id, citing_arxiv_id, reference_index, "
+                               "source, source_observed_at, cited_arxiv_id, visible_from) "
+                               "VALUES ($1, $2, 99999, 'pdf_text', $3, $4, $3)", uuid4(), citing, later, hub)
+            for paper, at in ((hub, now), (other, now), (hub, recent), (hub, old), (hub, later)):
+                counted = await conn.fetchval("SELECT count(*) FROM citation_observations WHERE cited_arxiv_id = $1 "
+                                              "AND visible_from <= $2", paper, at)
+                assert (await conn.fetchrow(RECORD_HEADS, [paper], at))["inbound_total"] == counted, (paper, at)
+                (row,) = await conn.fetch(CITATION_COUNTS, [paper], ["in"], at, None, None)
+                assert row["total"] == counted, (paper, at)
+                read = await _explained(conn, CITATION_COUNTS, [paper], ["in"], at, None, None)
+                after = await conn.fetchval("SELECT count(*) FROM citation_observations WHERE cited_arxiv_id = $1 "
+                                            "AND visible_from > $2", paper, at)
+                # the probe, and the smaller side of the instant (with the walk that found it so; a bitmap scan
+                # reports its rows twice, from the index and the heap)
+                assert read <= 3 + 2 * min(after, counted) + (total // 2 + 1 if counted < after else 0), \
+                    (paper, at, read, after, counted)
+                if paper == hub and at == now:
+                    assert after == 1 and read <= 4, read  # the key, the probe and the one citation dated later
+                if paper == hub and at == recent:
+                    assert read < total // 4, (read, total)
+        finally:
+            await conn.execute("ROLLBACK")
+    finally:
+        await conn.close()
+
+
 @pytest.mark.parametrize("which", ["category and window", "category", "window"])
 async def test_a_category_or_a_window_most_cited_first_walks_its_own_totals(larger, short_walk, monkeypatch, which):
     """A category, a window or both, most cited first: after a short walk of the totals (here 20; a broad set
