@@ -9,8 +9,9 @@ range). The citesRetracted and retracted filters read the spans the database kee
 submission order, and works(filter: {retracted: true}), walk those spans in the page's order; the other
 orders and filters probe a paper's or work's span as they walk. Under the pool's generic plans
 (force_generic_plan) no page reads more than the first (tests/test_browse.py EXPLAINs them).
-INBOUND_COUNT_DESC at an instant before the kept totals are exact takes a second statement (every paper
-counted).
+INBOUND_COUNT_DESC walks the kept totals; papers cited after the instant ("ahead" of it: a past instant, a
+citation dated later) are merged in with their totals at the instant while at most AHEAD_MAX are; past that,
+a page takes a second statement (every paper counted).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any, Final, Sequence
 from uuid import UUID
 
 from loaders.base import Db, at_param
-from loaders.citations import TOTALS_EXACT as _TOTALS_EXACT, VISIBLE
+from loaders.citations import TOTALS_EXACT, VISIBLE, inbound_total_sql
 from loaders.papers import PAPER_COLUMNS, paper_from
 from loaders.rows import PaperSnapshot, WorkSnapshot, stands_sql
 from loaders.works import snapshot_from
@@ -75,6 +76,22 @@ _SNAPSHOT_COLUMNS: Final = "s." + PAPER_COLUMNS.replace(", ", ", s.")
 WALK_FIRST: Final = 2_000
 # ... the gate of the set's own walk: the short walk (the CTE "walked") filled no page.
 _SHORT: Final = "(SELECT count(*) FROM walked) < $2"
+# Most cited first reads the kept totals (migration 0011), each paper's total from its latest visible_from on. A
+# paper cited after the instant (a past instant, a source's clock ahead, an import dated later) is "ahead" of it:
+# while at most AHEAD_MAX papers are, the walks skip them and they are merged in with their totals at the
+# instant (loaders.citations.inbound_total_sql); past that, every paper is counted (counted_sql).
+AHEAD_MAX: Final = 500
+# (In the order of the index of counted_until, from the latest: without it, the generic plan took a third of the
+# totals to be ahead and counted them by a scan of all.)
+def _few_ahead() -> str:
+    return (f"(SELECT count(*) FROM (SELECT FROM paper_inbound_totals AS ah WHERE ah.counted_until > $AS "
+            f"ORDER BY ah.counted_until DESC LIMIT {AHEAD_MAX + 1}) AS ah) <= {AHEAD_MAX}")
+
+
+def _not_ahead(totals: str) -> str:
+    """The paper of the kept totals row `totals` has its kept total at the instant (a CASE: taken to pass half
+    the rows, it leaves the generic plans' walks as they were)."""
+    return f"CASE WHEN {totals}.counted_until > $AS THEN false ELSE true END"
 
 
 def _short_walk_first(walked: str, order: str, rest: str, *ctes: str) -> str:
@@ -174,8 +191,11 @@ def browse_sql(order: str, cites_retracted: bool | None, after: bool,
     # Each paper's latest snapshot by a probe of its own (LATERAL ... LIMIT 1): the pool plans statements
     # once, generically, and a join the planner is free to choose became a scan of every snapshot per row.
     kept_past = "(-t.total, t.arxiv_id) > (-$6::bigint, $7::text)"
-    latest = (f"SELECT {PAPER_COLUMNS} FROM paper_snapshots AS p WHERE p.arxiv_id = t.arxiv_id "
-              "AND p.observed_at <= $AS ORDER BY p.observed_at DESC LIMIT 1")
+    def latest_of(alias: str) -> str:
+        return (f"SELECT {PAPER_COLUMNS} FROM paper_snapshots AS p WHERE p.arxiv_id = {alias}.arxiv_id "
+                "AND p.observed_at <= $AS ORDER BY p.observed_at DESC LIMIT 1")
+
+    latest = latest_of("t")
     totals, filters = "paper_inbound_totals AS t", conditions[2:]
     if cites_retracted is True:
         # A paper's covering span first (one probe per total walked), then the snapshot it names.
@@ -190,7 +210,7 @@ def browse_sql(order: str, cites_retracted: bool | None, after: bool,
         filtered."""
         return (f"SELECT {_SNAPSHOT_COLUMNS}, t.total AS inbound\nFROM {source}\n"
                 f"CROSS JOIN LATERAL ({latest}) AS s\nWHERE "
-                + "\n  AND ".join([_TOTALS_EXACT, *filters, *past])
+                + "\n  AND ".join([_few_ahead(), _not_ahead("t"), *filters, *past])
                 + f"\nORDER BY {most}, t.arxiv_id\nLIMIT $2")
 
     cursor = [kept_past] if after else []
@@ -207,8 +227,20 @@ def browse_sql(order: str, cites_retracted: bool | None, after: bool,
                       f"{' WHERE ' + kept_past if after else ''} ORDER BY -t.total, t.arxiv_id "
                       f"LIMIT {WALK_FIRST}) AS t", [], "t.most")
         kept = _short_walk_first(walked, "inbound DESC, arxiv_id", _placed(filters, given, after))
-    not_exact = f"SELECT {', '.join(['NULL'] * (PAPER_COLUMNS.count(',') + 2))} WHERE NOT {_TOTALS_EXACT}"
-    return at_param(f"({kept})\nUNION ALL\n{not_exact}", 1)
+    # The papers ahead of the instant, with their totals then, where they pass the filters and follow the cursor.
+    # (The walk of _few_ahead, each paper with its latest snapshot by a probe: as a join, the generic plan took
+    # a third of the totals to be ahead and joined them to every snapshot.)
+    ahead_filters = _filters("s", given) + ([_cites_retracted("s.arxiv_id", cites_retracted)]
+                                            if cites_retracted is not None else [])
+    ahead = (f"SELECT * FROM (SELECT {_SNAPSHOT_COLUMNS}, {inbound_total_sql('s.arxiv_id')} AS inbound\n"
+             f"FROM (SELECT ah.arxiv_id FROM paper_inbound_totals AS ah WHERE ah.counted_until > $AS "
+             f"ORDER BY ah.counted_until DESC LIMIT {AHEAD_MAX}) AS a\n"
+             f"CROSS JOIN LATERAL ({latest_of('a')}) AS s\n"
+             "WHERE " + "\n  AND ".join([_few_ahead(), *ahead_filters]) + ") AS s"
+             + (f"\nWHERE {past}" if after else "") + f"\nORDER BY {sort}\nLIMIT $2")
+    merged = f"SELECT * FROM (({kept})\nUNION ALL\n({ahead})) AS b\nORDER BY b.inbound DESC, b.arxiv_id\nLIMIT $2"
+    too_many = f"SELECT {', '.join(['NULL'] * (PAPER_COLUMNS.count(',') + 2))} WHERE NOT {_few_ahead()}"
+    return at_param(f"({merged})\nUNION ALL\n{too_many}", 1)
 
 
 def _months(given: tuple[bool, bool, bool]) -> str:
@@ -240,7 +272,11 @@ def _placed(filters: list[str], given: tuple[bool, bool, bool], after: bool) -> 
     # estimates to a row per month, read and probed every row of each month and sorted them (7,300 a month at
     # 1,000,000 papers); a CASE is taken to pass half the rows (nearly all do), so each month is walked in order
     # and stops after the page.
-    passes = "CASE WHEN " + "\n    AND ".join([*named, *filters]) + " THEN true ELSE false END"
+    # (A paper's totals probed only when some paper is ahead of the instant: a one-time check first.)
+    not_ahead = (f"CASE WHEN {TOTALS_EXACT} THEN true "
+                 "ELSE coalesce((SELECT a.counted_until IS NULL OR a.counted_until <= $AS "
+                 "FROM paper_inbound_totals AS a WHERE a.arxiv_id = k.arxiv_id), true) END")
+    passes = "CASE WHEN " + "\n    AND ".join([*named, not_ahead, *filters]) + " THEN true ELSE false END"
 
     def rows(where: list[str]) -> str:
         return (f"SELECT {_SNAPSHOT_COLUMNS}, k.total AS inbound\nFROM paper_placements AS k\n"
@@ -249,10 +285,10 @@ def _placed(filters: list[str], given: tuple[bool, bool, bool], after: bool) -> 
                 + "\nORDER BY -k.total, k.arxiv_id\nLIMIT $2")
 
     if not (given[1] or given[2]):
-        return rows([_SHORT, _TOTALS_EXACT])
+        return rows([_SHORT, _few_ahead()])
     return (f"SELECT b.* FROM {_months(given)}\n"
             f"CROSS JOIN LATERAL ({rows(['k.month = g.m'])}) AS b\n"
-            f"WHERE {_SHORT} AND {_TOTALS_EXACT}\nORDER BY b.inbound DESC, b.arxiv_id\nLIMIT $2")
+            f"WHERE {_SHORT} AND {_few_ahead()}\nORDER BY b.inbound DESC, b.arxiv_id\nLIMIT $2")
 
 
 def _window_by_id(conditions: list[str], given: tuple[bool, bool, bool], after: bool) -> str:

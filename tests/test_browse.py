@@ -110,24 +110,34 @@ def z(t: datetime) -> str:
 
 
 @pytest.mark.parametrize("order", ["ARXIV_ID", "SUBMITTED_AT", "INBOUND_COUNT_DESC"])
-@pytest.mark.parametrize("when", ["early", "now"])
-async def test_browse_pages_through_every_paper_once_in_order(synthetic, order, when):
+@pytest.mark.parametrize("when", ["early", "early, every paper counted", "now"])
+async def test_browse_pages_through_every_paper_once_in_order(synthetic, order, when, monkeypatch):
     served, url, high = synthetic
-    # Early: some papers are not known yet, others have a later snapshot (and inbound totals are counted
-    # from the observations); now: every paper, with the totals the database keeps.
-    at = datetime(2026, 3, 1, tzinfo=timezone.utc) if when == "early" else datetime.now(timezone.utc).replace(
+    # Early: some papers are not known yet, others have a later snapshot, and papers cited later are ahead of
+    # the instant (their totals then are merged in; with more than AHEAD_MAX of them, every paper is counted);
+    # now: every paper, with the totals the database keeps.
+    from loaders import browse
+
+    counted, count = [], browse.counted_sql
+    monkeypatch.setattr(browse, "counted_sql", lambda *a: counted.append(a) or count(*a))
+    if when == "early, every paper counted":
+        monkeypatch.setattr(browse, "AHEAD_MAX", 5)
+    browse._numbered.cache_clear()
+    at = datetime(2026, 3, 1, tzinfo=timezone.utc) if when != "now" else datetime.now(timezone.utc).replace(
         microsecond=0)
     papers = await latest_papers(url, at)
-    assert 50 < len(papers) < 400 if when == "early" else len(papers) == 400
+    assert 50 < len(papers) < 400 if when != "now" else len(papers) == 400
     found = await every_page(served, BROWSE, "browsePapers", {"order": order, "at": z(at)}, 37)
     ids = [e["node"]["arxivId"] for e in found]
     key = {"ARXIV_ID": lambda r: r["arxiv_id"].encode(),
            "SUBMITTED_AT": lambda r: (r["submitted_at"], r["arxiv_id"].encode()),
            "INBOUND_COUNT_DESC": lambda r: (-r["inbound"], r["arxiv_id"].encode())}[order]
     assert ids == [r["arxiv_id"] for r in sorted(papers, key=key)]
+    browse._numbered.cache_clear()
     if order == "INBOUND_COUNT_DESC":
         assert all(e["inboundCount"] == e["node"]["inbound"]["totalCount"] for e in found)
         assert found[0]["inboundCount"] > found[-1]["inboundCount"]
+        assert bool(counted) is (when == "early, every paper counted"), counted
     else:
         assert all(e["inboundCount"] is None for e in found)
 
@@ -724,5 +734,95 @@ async def test_a_window_from_year_one_ends(larger, short_walk, order):
                     break
                 after = sort_key(order, *page.papers[-1])
             assert len(listed) == len(set(listed)) == expected, (window, which, len(listed), expected)
+    finally:
+        await conn.close()
+
+
+@pytest.mark.parametrize("which", ["all", "category", "window", "category and window", "cites retracted"])
+async def test_most_cited_first_with_citations_dated_after_now(larger, short_walk, which, monkeypatch):
+    """Citations dated after "now" (a source's clock ahead, an import dated later) put their papers ahead of the
+    kept totals: most cited first, those papers are merged in with their totals now, and every other paper is
+    walked as before. The pages equal brute force, and each reads about a page: the papers ahead cost their own
+    totals, never a count of every paper's citations (what every page of most cited did, at a million papers a
+    TIMEOUT, while a single citation was dated later)."""
+    from loaders.browse import browse_papers, browse_statement, sort_key
+
+    browse = short_walk
+    counted, count = [], browse.counted_sql
+    monkeypatch.setattr(browse, "counted_sql", lambda *a: counted.append(a) or count(*a))
+    _, url, high = larger
+    at = high.replace(microsecond=0) + timedelta(seconds=1)
+    later = at + timedelta(days=30)
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute("BEGIN; SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL jit = off; "
+                           "SET LOCAL max_parallel_workers_per_gather = 0")
+        try:
+            category, start, end = await conn.fetchrow(
+                "SELECT primary_category, percentile_disc(0.3) WITHIN GROUP (ORDER BY submitted_at), "
+                "percentile_disc(0.7) WITHIN GROUP (ORDER BY submitted_at) FROM paper_snapshots GROUP BY 1 "
+                "ORDER BY count(*) DESC LIMIT 1")
+            if which in ("all", "cites retracted"):
+                category = start = end = None
+            elif which == "category":
+                start = end = None
+            elif which == "window":
+                category = None
+            retracted = True if which == "cites retracted" else None
+            if retracted:  # a retraction standing now on works cited by some papers
+                works = [r[0] for r in await conn.fetch("SELECT work_id FROM citation_observations WHERE work_id IS "
+                                                        "NOT NULL GROUP BY 1 ORDER BY count(*) DESC LIMIT 20")]
+                await conn.executemany("INSERT INTO work_events (work_id, source, event_type, observed_at) "
+                                       "VALUES ($1, 'retraction_watch', 'retraction', $2)",
+                                       [(w, at - timedelta(days=1)) for w in works])
+            async def pages() -> tuple[list, list[int]]:
+                listed, after, reads = [], None, []
+                while len(reads) < 200:
+                    page = await browse_papers(conn, at, 50, "INBOUND_COUNT_DESC", category, start, end, retracted,
+                                               after)
+                    listed += [(p.arxiv_id, n) for p, n in page.papers]
+                    reads.append(await _explained(conn, *_sent(browse_statement(
+                        "INBOUND_COUNT_DESC", retracted, after, at, 51, category, start, end))))
+                    if not page.more:
+                        break
+                    after = sort_key("INBOUND_COUNT_DESC", *page.papers[-1])
+                return listed, reads
+
+            _, before = await pages()
+            # The most cited paper, one in the middle, one never cited: each cited again, later than now, by papers
+            # that cite them now; the middle one many times, more than half its citations.
+            ranked = [r[0] for r in await conn.fetch("SELECT arxiv_id FROM paper_inbound_totals ORDER BY total DESC, "
+                                                     "arxiv_id")]
+            ahead = [ranked[0], ranked[len(ranked) // 3], ranked[-1]]
+            citing = [r[0] for r in await conn.fetch("SELECT arxiv_id FROM paper_snapshots GROUP BY 1 ORDER BY 1 "
+                                                     "LIMIT 40")]
+            rows = [(uuid4(), c, 90000 + i, "pdf_text", later, a, later)
+                    for a, n in zip(ahead, (1, 40, 3)) for i, c in enumerate(citing[:n])]
+            await conn.copy_records_to_table("citation_observations", records=rows, columns=[
+                "observation_id", "citing_arxiv_id", "reference_index", "source", "source_observed_at",
+                "cited_arxiv_id", "visible_from"])
+            assert await conn.fetchval("SELECT count(*) FROM paper_inbound_totals WHERE counted_until > $1", at) == 3
+            expected = [(r[0], r[1]) for r in await conn.fetch(
+                "SELECT s.arxiv_id, (SELECT count(*) FROM citation_observations AS o WHERE o.cited_arxiv_id = "
+                "s.arxiv_id AND o.visible_from <= $1) AS n FROM paper_snapshots AS s WHERE s.observed_at <= $1 AND "
+                "NOT EXISTS (SELECT 1 FROM paper_snapshots AS x WHERE x.arxiv_id = s.arxiv_id AND x.observed_at > "
+                "s.observed_at AND x.observed_at <= $1) AND ($2::text IS NULL OR s.primary_category = $2) "
+                "AND ($3::timestamptz IS NULL OR s.submitted_at >= $3) AND ($4::timestamptz IS NULL OR "
+                "s.submitted_at <= $4) AND (NOT $5::boolean OR EXISTS (SELECT 1 FROM citation_observations AS o "
+                "JOIN work_events AS e ON e.work_id = o.work_id WHERE o.citing_arxiv_id = s.arxiv_id AND "
+                "o.visible_from <= $1 AND e.observed_at <= $1)) ORDER BY n DESC, s.arxiv_id",
+                at, category, start, end, bool(retracted))]
+            listed, reads = await pages()
+            assert listed == expected
+            assert any(a in [x for x, _ in listed] for a in ahead) or which != "all"
+            # A page reads what it read before, and the papers ahead: their totals (a probe, the citations after
+            # now, at most 40) and snapshots; a walk of a window's months also probes the totals of each row it
+            # walks while some paper is ahead (its placements keep no counted_until); never every paper's
+            # citations counted (over 100,000 rows here).
+            assert len(reads) in (len(before), len(before) + 1) and not counted
+            walked_twice = 2 if start or end else 1
+            assert max(reads) <= walked_twice * max(before) + 3 * 60, (reads, before)
+        finally:
+            await conn.execute("ROLLBACK")
     finally:
         await conn.close()
