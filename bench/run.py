@@ -268,30 +268,36 @@ def r1(url: str, server: Server, floor_sql: str, n: int, hub: str = HUB) -> dict
             "interleaved": True}
 
 
+WARM_UP_SECONDS = 3  # each side's load first runs this long unmeasured: connections opened, statements planned
+
+
 def r2(url: str, floor_sql: str, seconds: int, workers: int, hub: str = HUB) -> dict[str, Any]:
     server = Server(url, workers)
     try:
         target = server.base + record_path(hub)
         wrk = shutil.which("wrk")
         if wrk:
+            subprocess.run([wrk, "-t2", "-c32", f"-d{WARM_UP_SECONDS}s", target], capture_output=True, check=True)
             out = subprocess.run([wrk, "-t2", "-c32", f"-d{seconds}s", "--latency", target], capture_output=True,
                                  text=True, check=True).stdout
             rps = float(next(line.split()[1] for line in out.splitlines() if line.startswith("Requests/sec")))
             errors = "Non-2xx" in out or "Socket errors" in out
             tool = "wrk -t2 -c32"
         else:
+            asyncio.run(async_load(target, WARM_UP_SECONDS, 32))
             rps, errors = asyncio.run(async_load(target, seconds, 32))
             tool = "asyncio client, 32 connections"
     finally:
         server.stop()
     with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as script:
         script.write(floor_sql.replace("\n", " ") + "\n")
-    out = subprocess.run(["pgbench", "-n", "-M", "prepared", "-c", "32", "-j", "2", "-T", str(seconds), "-f",
-                          script.name, url], capture_output=True, text=True, check=True).stdout
+    for run in (WARM_UP_SECONDS, seconds):
+        out = subprocess.run(["pgbench", "-n", "-M", "prepared", "-c", "32", "-j", "2", "-T", str(run), "-f",
+                              script.name, url], capture_output=True, text=True, check=True).stdout
     os.unlink(script.name)
     floor_tps = float(next(line.split("=")[1].split()[0] for line in out.splitlines() if line.startswith("tps")))
     return {"ours_rps": rps, "floor_tps": floor_tps, "ratio": rps / floor_tps, "load_tool": tool,
-            "server_workers": workers, "errors": errors, "seconds": seconds}
+            "server_workers": workers, "errors": errors, "seconds": seconds, "warm_up_seconds": WARM_UP_SECONDS}
 
 
 def process_cpu_seconds(pid: int) -> float:
@@ -769,7 +775,8 @@ def _report() -> str:
                          f"p50 {e['ours']['p50_ms']:.2f} vs {e['replay']['p50_ms']:.2f} ms")
         if "R2" in r:
             lines.append(f"- R2: {r['R2']['ours_rps']:.0f} requests/s ({r['R2']['load_tool']}, {r['R2']['server_workers']} "
-                         f"workers) vs {r['R2']['floor_tps']:.0f} statements/s (pgbench -c 32)")
+                         f"workers) vs {r['R2']['floor_tps']:.0f} statements/s (pgbench -c 32)"
+                         + (f", each after {r['R2']['warm_up_seconds']} s unmeasured" if "warm_up_seconds" in r["R2"] else ""))
         if "R4" in r:
             lines.append(f"- R4: ours {r['R4']['ours']['p50_ms']:.1f} ms with {r['R4']['ours']['statements']} statements; "
                          f"naive {r['R4']['naive']['p50_ms']:.1f} ms with {r['R4']['naive']['statements']}")
