@@ -291,6 +291,38 @@ async def test_kept_inbound_totals_follow_every_writer(written, monkeypatch):
             "SELECT count(*) FROM paper_inbound_totals AS t WHERE t.total <> (SELECT count(*) FROM "
             "citation_observations AS o WHERE o.cited_arxiv_id = t.arxiv_id AND o.visible_from IS NOT NULL)")
         assert wrong == 0
+        # Citations taken away by an UPDATE: one re-pointed to another paper, one's visibility withdrawn (the
+        # triggers' upserts once proposed a negative total, which the CHECK refused).
+        other = await conn.fetchval("SELECT arxiv_id FROM paper_snapshots WHERE arxiv_id <> $1 ORDER BY arxiv_id "
+                                    "LIMIT 1", cited)
+        moved, hidden = [r[0] for r in await conn.fetch(
+            "SELECT observation_id FROM citation_observations WHERE cited_arxiv_id = $1 AND visible_from IS NOT NULL "
+            "ORDER BY observation_id LIMIT 2", cited)]
+        await conn.execute("UPDATE citation_observations SET cited_arxiv_id = $2 WHERE observation_id = $1",
+                           moved, other)
+        await conn.execute("UPDATE citation_observations SET visible_from = NULL WHERE observation_id = $1", hidden)
+        assert await conn.fetchval("SELECT total FROM paper_inbound_totals WHERE arxiv_id = $1", cited) == before - 1
+        assert await conn.fetchval(
+            "SELECT count(*) FROM paper_inbound_totals AS t WHERE t.total <> (SELECT count(*) FROM "
+            "citation_observations AS o WHERE o.cited_arxiv_id = t.arxiv_id AND o.visible_from IS NOT NULL)") == 0
+        assert await conn.fetchval(
+            "SELECT count(*) FROM paper_observation_counts AS c WHERE c.inbound <> (SELECT count(*) FROM "
+            "citation_observations AS o WHERE o.cited_arxiv_id = c.arxiv_id) OR c.outbound <> (SELECT count(*) "
+            "FROM citation_observations AS o WHERE o.citing_arxiv_id = c.arxiv_id)") == 0
+        assert await misplaced(conn) == []
+        # A citation dated later, then deleted: its paper is ahead of "now" while it stands, and not after.
+        latest = await conn.fetchval("SELECT counted_until FROM paper_inbound_totals WHERE arxiv_id = $1", cited)
+        later = uuid4()
+        await conn.execute("INSERT INTO citation_observations (observation_id, citing_arxiv_id, reference_index, "
+                           "source, source_observed_at, cited_arxiv_id, visible_from) VALUES ($1, $2, 77777, "
+                           "'pdf_text', $3, $4, $3)", later, other, at + timedelta(days=365), cited)
+        assert await conn.fetchval("SELECT counted_until FROM paper_inbound_totals WHERE arxiv_id = $1",
+                                   cited) == at + timedelta(days=365)
+        await conn.execute("DELETE FROM citation_observations WHERE observation_id = $1", later)
+        restored = await conn.fetchval("SELECT counted_until FROM paper_inbound_totals WHERE arxiv_id = $1", cited)
+        assert restored == await conn.fetchval("SELECT max(visible_from) FROM citation_observations "
+                                               "WHERE cited_arxiv_id = $1", cited)
+        assert restored is None or latest is not None and restored <= latest < at + timedelta(days=365)
     finally:
         await conn.close()
     body = await served.graphql('{ browsePapers(orderBy: INBOUND_COUNT_DESC, first: 100, filter: {category: "cs.LG", '
