@@ -3,8 +3,8 @@
 The middleware is Starlette's as it is (which responses, headers, streaming, Vary); only its compressor
 differs: `isal_zlib.compressobj`, the zlib API with ISA-L's deflate, writes the same gzip format. On a
 312 kB citation record it takes 0.26 ms against zlib level 1's 1.7 ms, and its output is smaller (40.6 kB
-against 44.4 kB); on a 1.2 kB answer 10 us against 72 us (bench: BENCHMARKS.md, "the record's bytes
-compressed by ISA-L"). So cheap, a body of any size the API sends is compressed on the event loop:
+against 44.4 kB); on a 1.2 kB answer 10 us against 72 us (BENCHMARKS.md, "The record's repeated parts made
+once, in one statement (sixth pass)"). So cheap, a body of any size the API sends is compressed on the event loop:
 a hand-off to a worker thread (Starlette's default from 128 KiB) would cost more than the compression.
 Every path that compresses (the middleware stack, app.fastpath) uses this one class.
 """

@@ -94,6 +94,12 @@ def _not_ahead(totals: str) -> str:
     return f"CASE WHEN {totals}.counted_until > $AS THEN false ELSE true END"
 
 
+def _latest_of(alias: str) -> str:
+    """The latest snapshot at the instant of the paper of row `alias`, by a probe of its own (LATERAL ... LIMIT 1)."""
+    return (f"SELECT {PAPER_COLUMNS} FROM paper_snapshots AS p WHERE p.arxiv_id = {alias}.arxiv_id "
+            "AND p.observed_at <= $AS ORDER BY p.observed_at DESC LIMIT 1")
+
+
 def _short_walk_first(walked: str, order: str, rest: str, *ctes: str) -> str:
     """A filtered page: the short walk's rows when they fill the page, else the set's own walk (`rest`, gated by
     _SHORT), in one statement whose one-time filters run one of them."""
@@ -191,11 +197,7 @@ def browse_sql(order: str, cites_retracted: bool | None, after: bool,
     # Each paper's latest snapshot by a probe of its own (LATERAL ... LIMIT 1): the pool plans statements
     # once, generically, and a join the planner is free to choose became a scan of every snapshot per row.
     kept_past = "(-t.total, t.arxiv_id) > (-$6::bigint, $7::text)"
-    def latest_of(alias: str) -> str:
-        return (f"SELECT {PAPER_COLUMNS} FROM paper_snapshots AS p WHERE p.arxiv_id = {alias}.arxiv_id "
-                "AND p.observed_at <= $AS ORDER BY p.observed_at DESC LIMIT 1")
-
-    latest = latest_of("t")
+    latest = _latest_of("t")
     totals, filters = "paper_inbound_totals AS t", conditions[2:]
     if cites_retracted is True:
         # A paper's covering span first (one probe per total walked), then the snapshot it names.
@@ -235,7 +237,7 @@ def browse_sql(order: str, cites_retracted: bool | None, after: bool,
     ahead = (f"SELECT * FROM (SELECT {_SNAPSHOT_COLUMNS}, {inbound_total_sql('s.arxiv_id')} AS inbound\n"
              f"FROM (SELECT ah.arxiv_id FROM paper_inbound_totals AS ah WHERE ah.counted_until > $AS "
              f"ORDER BY ah.counted_until DESC LIMIT {AHEAD_MAX}) AS a\n"
-             f"CROSS JOIN LATERAL ({latest_of('a')}) AS s\n"
+             f"CROSS JOIN LATERAL ({_latest_of('a')}) AS s\n"
              "WHERE " + "\n  AND ".join([_few_ahead(), *ahead_filters]) + ") AS s"
              + (f"\nWHERE {past}" if after else "") + f"\nORDER BY {sort}\nLIMIT $2")
     merged = f"SELECT * FROM (({kept})\nUNION ALL\n({ahead})) AS b\nORDER BY b.inbound DESC, b.arxiv_id\nLIMIT $2"
@@ -261,8 +263,7 @@ def _placed(filters: list[str], given: tuple[bool, bool, bool], after: bool) -> 
     covers (of the category's, given one), each stopping after a page, merged. A row counts where it names the
     paper's latest snapshot at the instant (its month and category), so a paper is listed once, where that
     snapshot puts it; the snapshot then passes the filters as on every other page."""
-    latest = (f"SELECT {PAPER_COLUMNS} FROM paper_snapshots AS p WHERE p.arxiv_id = k.arxiv_id "
-              "AND p.observed_at <= $AS ORDER BY p.observed_at DESC LIMIT 1")
+    latest = _latest_of("k")
     named = ["date_trunc('month', s.submitted_at AT TIME ZONE 'UTC') = k.month",
              "coalesce(s.primary_category, '') = k.primary_category"]
     category = ["k.primary_category = $3::text"] if given[0] else []

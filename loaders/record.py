@@ -94,8 +94,8 @@ def _paper_short(alias: str) -> str:
             f"""|| ',"version":' || {_text(a + ".latest_version")} || '}}' END""")
 
 
-# The work a reference is linked to at the instant, as app.record.cited_work writes it, from its snapshot
-# `w` (see _WORKS), or, with none, from what the bibliography printed (the row o).
+# The work a reference is linked to at the instant, as app.record.cited_work writes it: from its snapshot `w`
+# (RECORD_TEMPLATE's CTE works), or, with none, from what the bibliography printed (the row o).
 _LINKED_WORK: Final = (
     f"""'{{"arxiv_id":' || {_text("w.arxiv_id")} || ',"doi":' || {_text("w.doi")} """
     f"""|| ',"metadata_source":' || {_text("w.metadata_source")} """
@@ -284,11 +284,16 @@ async def _heads(db: Db, arxiv_ids: Sequence[str], as_of: datetime, caps: Caps |
     heads = await db.fetch(RECORD_HEADS, list(arxiv_ids), as_of)
     papers = papers_from_rows(heads, len(arxiv_ids))
     ids = [p.arxiv_id for p in papers if p is not None]
-    by_id = {row["arxiv_id"]: row for row in heads}
-    counts = [Counts(inbound=by_id[a]["inbound_total"], outbound=by_id[a]["outbound_total"]) for a in ids]
-    measurements = [[Measurement(a, *m) for m in zip(by_id[a]["m_source"], by_id[a]["m_observed_at"],
-                                                     by_id[a]["m_count"], strict=True)] for a in ids]
-    return papers, counts, measurements, [_caps(caps, c) for c in counts]
+    by_id = {row["arxiv_id"]: _head_facts(row) for row in heads}
+    counts = [by_id[a][0] for a in ids]
+    return papers, counts, [by_id[a][1] for a in ids], [_caps(caps, c) for c in counts]
+
+
+def _head_facts(row: Any) -> tuple[Counts, list[Measurement]]:
+    """A head row's totals and latest measurements (RECORD_HEAD_COLUMNS)."""
+    return (Counts(inbound=row["inbound_total"], outbound=row["outbound_total"]),
+            [Measurement(row["arxiv_id"], *m)
+             for m in zip(row["m_source"], row["m_observed_at"], row["m_count"], strict=True)])
 
 
 def _caps(caps: Caps | None, counts: Counts) -> Caps:
@@ -316,9 +321,7 @@ async def record_items(db: Db, arxiv_ids: Sequence[str], as_of: datetime,
     found: list[RecordItems | None] = [None] * n
     for head in heads:
         i = head["ord"] - 1
-        counts = Counts(inbound=head["inbound_total"], outbound=head["outbound_total"])
-        measurements = [Measurement(head["arxiv_id"], *m) for m in zip(head["m_source"], head["m_observed_at"],
-                                                                      head["m_count"], strict=True)]
+        counts, measurements = _head_facts(head)
         found[i] = RecordItems(as_of=as_of, paper=papers[i], counts=counts, inbound=pieces[i][0],
                                outbound=pieces[i][1], measurements=measurements, caps=_caps(caps, counts))
     return found
