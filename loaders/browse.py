@@ -81,11 +81,17 @@ _SHORT: Final = "(SELECT count(*) FROM walked) < $2"
 # while at most AHEAD_MAX papers are, the walks skip them and they are merged in with their totals at the
 # instant (loaders.citations.inbound_total_sql); past that, every paper is counted (counted_sql).
 AHEAD_MAX: Final = 500
-# (In the order of the index of counted_until, from the latest: without it, the generic plan took a third of the
-# totals to be ahead and counted them by a scan of all.)
+# Whether at most AHEAD_MAX are: counted once per statement (the CTE "few", which every most-cited statement
+# starts with), read by each part it gates. (In the order of the index of counted_until, from the latest: without
+# it, the generic plan took a third of the totals to be ahead and counted them by a scan of all.)
+def _few_ahead_cte() -> str:
+    return (f"few AS MATERIALIZED (SELECT (SELECT count(*) FROM (SELECT FROM paper_inbound_totals AS ah "
+            f"WHERE ah.counted_until > $AS ORDER BY ah.counted_until DESC LIMIT {AHEAD_MAX + 1}) AS ah) "
+            f"<= {AHEAD_MAX} AS ok)")
+
+
 def _few_ahead() -> str:
-    return (f"(SELECT count(*) FROM (SELECT FROM paper_inbound_totals AS ah WHERE ah.counted_until > $AS "
-            f"ORDER BY ah.counted_until DESC LIMIT {AHEAD_MAX + 1}) AS ah) <= {AHEAD_MAX}")
+    return "(SELECT few.ok FROM few)"
 
 
 def _not_ahead(totals: str) -> str:
@@ -230,7 +236,7 @@ def browse_sql(order: str, cites_retracted: bool | None, after: bool,
                       f"LIMIT {WALK_FIRST}) AS t", [], "t.most")
         kept = _short_walk_first(walked, "inbound DESC, arxiv_id", _placed(filters, given, after))
     # The papers ahead of the instant, with their totals then, where they pass the filters and follow the cursor.
-    # (The walk of _few_ahead, each paper with its latest snapshot by a probe: as a join, the generic plan took
+    # (The walk of the CTE few, each paper with its latest snapshot by a probe: as a join, the generic plan took
     # a third of the totals to be ahead and joined them to every snapshot.)
     ahead_filters = _filters("s", given) + ([_cites_retracted("s.arxiv_id", cites_retracted)]
                                             if cites_retracted is not None else [])
@@ -242,7 +248,7 @@ def browse_sql(order: str, cites_retracted: bool | None, after: bool,
              + (f"\nWHERE {past}" if after else "") + f"\nORDER BY {sort}\nLIMIT $2")
     merged = f"SELECT * FROM (({kept})\nUNION ALL\n({ahead})) AS b\nORDER BY b.inbound DESC, b.arxiv_id\nLIMIT $2"
     too_many = f"SELECT {', '.join(['NULL'] * (PAPER_COLUMNS.count(',') + 2))} WHERE NOT {_few_ahead()}"
-    return at_param(f"({merged})\nUNION ALL\n{too_many}", 1)
+    return at_param(f"WITH {_few_ahead_cte()}\n({merged})\nUNION ALL\n{too_many}", 1)
 
 
 def _months(given: tuple[bool, bool, bool]) -> str:
