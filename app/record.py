@@ -379,7 +379,8 @@ def _document(rows: RecordRows | RecordItems, inbound: list[Any], outbound: list
               outbound_at: list[datetime]) -> dict[str, Any]:
     """The document around its items (dicts or their canonical bytes), from the facts of the displayed
     observations: the outbound ones' statuses, the receipts (source, when) of the works they are linked
-    to (each work once), when each was parsed."""
+    to (only the latest per source counts: each work's once, or only the latest of each source), when each
+    was parsed."""
     paper = rows.paper
     displayed = len(inbound) + len(outbound)
     state_counts = {status: 0 for status in STATUSES}
@@ -493,11 +494,7 @@ def record_bytes(items: RecordItems) -> tuple[bytes, dict[str, Any]]:
     document with each item as its bytes (an orjson.Fragment), from items the database wrote."""
     inbound = [_item_bytes(p) for p in items.inbound]
     outbound = [_item_bytes(p) for p in items.outbound]
-    # Receipts of the works behind the displayed observations, each work once.
-    works = {p.work_id: (p.receipt_sources, p.receipt_times) for p in items.inbound + items.outbound
-             if p.work_id is not None and p.receipt_sources is not None and p.receipt_times is not None}
-    receipts = [r for sources, times in works.values() for r in zip(sources, times, strict=True)]
-    document = _document(items, inbound, outbound, [p.status for p in items.outbound], receipts,
+    document = _document(items, inbound, outbound, [p.status for p in items.outbound], items.receipts,
                          [p.source_observed_at for p in items.inbound], [p.source_observed_at for p in items.outbound])
     document["context_digest"] = "sha256:" + hashlib.sha256(orjson.dumps(
         {k: v for k, v in document.items() if k not in ("context_digest", "as_of")},

@@ -145,10 +145,11 @@ _NOTICE_TEXT: Final = (
 # The record of each paper $1 at the instant $AS, in one statement: a head row (direction 0: RECORD_HEAD_COLUMNS)
 # for each paper with a snapshot by then, and its items: its first $3 inbound (direction 1) and $4 outbound
 # (direction 2) observations (the pages' walks, order and visibility: loaders.citations; NULL caps: all), each
-# written as its canonical JSON (app.record._item, standing_notice and _finished make the same bytes:
-# tests/test_record_items.py). Whatever repeats across the rows is made once: each paper's short form (every
-# inbound row names the paper itself, every outbound row its citing paper) and each linked work's part and
-# standing notice (a paper's inbound rows are mostly linked to its one work).
+# written as its canonical JSON in two parts (app.record._item, standing_notice and _finished make the same bytes
+# with the digest between them: tests/test_record_items.py), with its status and parse; the head row carries the
+# latest receipts of the works they are linked to. Whatever repeats across the rows is made once: each paper's
+# short form (every inbound row names the paper itself, every outbound row its citing paper) and each linked
+# work's part and standing notice (a paper's inbound rows are mostly linked to its one work).
 RECORD_TEMPLATE: Final = f"""
 WITH m AS ({MEASUREMENTS_BY_ARXIV_ID}),
 heads AS MATERIALIZED ({RECORD_HEAD_COLUMNS}),
@@ -185,6 +186,18 @@ works AS MATERIALIZED (
         ORDER BY s.observed_at DESC LIMIT 1
     ) AS w {_NOTICE}
 ),
+receipts AS (
+    -- Each paper's latest receipt per source among the works its items are linked to: what the document's
+    -- standing sources and its notices' lane read (latest instants only), on its head row.
+    SELECT x.ord, array_agg(x.source ORDER BY x.source) AS sources,
+           array_agg(x.observed_at ORDER BY x.source) AS observed
+    FROM (SELECT o.ord, r.source, max(r.observed_at) AS observed_at
+          FROM (SELECT DISTINCT o.ord, o.work_id FROM obs AS o WHERE o.linked) AS o
+          JOIN works AS w ON w.work_id = o.work_id
+          CROSS JOIN LATERAL unnest(w.sources, w.observed) AS r(source, observed_at)
+          GROUP BY o.ord, r.source) AS x
+    GROUP BY x.ord
+),
 items AS (
 SELECT o.direction, o.ord, o.key_citing, o.reference_index AS key_index, o.observation_id AS key_id,
        convert_to('{{"citation":{{"cited_paper":' || coalesce(d.short, 'null')
@@ -203,8 +216,7 @@ SELECT o.direction, o.ord, o.key_citing, o.reference_index AS key_index, o.obser
                   || ',"standing_notice":'
                   || coalesce(w.notice, '{canonical(_unavailable("canonical_work_link_unavailable"))}') || '}}',
                   'UTF8') AS rest,
-       coalesce(r.status, '{UNRESOLVED}') AS status, w.work_id AS linked_work_id, o.source_observed_at,
-       w.sources, w.observed
+       coalesce(r.status, '{UNRESOLVED}') AS status, o.source_observed_at
 FROM obs AS o
 JOIN papers AS c ON c.arxiv_id = o.citing_arxiv_id  -- a visible observation's citing paper has a snapshot
 LEFT JOIN papers AS d ON d.arxiv_id = o.cited_arxiv_id
@@ -216,13 +228,13 @@ LEFT JOIN LATERAL (
 ) AS r ON true
 )
 SELECT 0 AS direction, h.ord, NULL::text AS key_citing, NULL::int AS key_index, NULL::uuid AS key_id,
-       NULL::bytea AS head, NULL::bytea AS rest, NULL::text AS status, NULL::uuid AS linked_work_id,
-       NULL::timestamptz AS source_observed_at, NULL::text[] AS sources, NULL::timestamptz[] AS observed,
+       NULL::bytea AS head, NULL::bytea AS rest, NULL::text AS status, NULL::timestamptz AS source_observed_at,
+       rc.sources, rc.observed,
        h.arxiv_id, h.observed_at, h.title, h.latest_version, h.primary_category, h.submitted_at, h.last_updated,
        h.inbound_total, h.outbound_total, h.m_source, h.m_observed_at, h.m_count
-FROM heads AS h
+FROM heads AS h LEFT JOIN receipts AS rc ON rc.ord = h.ord
 UNION ALL
-SELECT i.*, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+SELECT i.*, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM items AS i
 ORDER BY 1, 2, 3, 4, 5
 """
@@ -307,8 +319,8 @@ def _caps(caps: Caps | None, counts: Counts) -> Caps:
 async def record_items(db: Db, arxiv_ids: Sequence[str], as_of: datetime,
                        caps: Caps | None = SERVED_CAPS) -> list[RecordItems | None]:
     """record_rows with the observations as items the database writes (app.record.record_bytes builds the
-    document around them): one statement (RECORD: each paper's head, then both pages' items with their
-    standing), the same rows, none of them made into objects. caps=None: every observation (LIMIT NULL)."""
+    document around them): one statement (RECORD: each paper's head, then both pages' items), none of the
+    rows made into objects. caps=None: every observation (LIMIT NULL)."""
     rows = await db.fetch(RECORD, list(arxiv_ids), as_of, None if caps is None else caps.inbound,
                           None if caps is None else caps.outbound)
     n = len(arxiv_ids)
@@ -317,13 +329,15 @@ async def record_items(db: Db, arxiv_ids: Sequence[str], as_of: datetime,
     pieces: list[tuple[list[ItemPiece], list[ItemPiece]]] = [([], []) for _ in range(n)]
     for row in rows:
         if row[0]:
-            pieces[row[1] - 1][row[0] - 1].append(ItemPiece(*row[5:12]))
+            pieces[row[1] - 1][row[0] - 1].append(ItemPiece(*row[5:9]))
     found: list[RecordItems | None] = [None] * n
     for head in heads:
         i = head["ord"] - 1
         counts, measurements = _head_facts(head)
+        sources, observed = head["sources"], head["observed"]
         found[i] = RecordItems(as_of=as_of, paper=papers[i], counts=counts, inbound=pieces[i][0],
-                               outbound=pieces[i][1], measurements=measurements, caps=_caps(caps, counts))
+                               outbound=pieces[i][1], measurements=measurements, caps=_caps(caps, counts),
+                               receipts=list(zip(sources, observed, strict=True)) if sources is not None else [])
     return found
 
 

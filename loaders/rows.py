@@ -252,15 +252,12 @@ class RecordRows:
 class ItemPiece(NamedTuple):
     """One observation's record item as the database writes it (loaders.record.RECORD): its
     canonical bytes before its digest (`head`: citation and links) and after it (`rest`: observation id,
-    resolution and notice), with the facts the document around it needs."""
+    resolution and notice), with the facts of it that the document around it reads."""
 
     head: bytes
     rest: bytes
     status: str  # the resolution's status at the instant
-    work_id: UUID | None  # the canonical work it is linked to at the instant (Observation.linked_work_id)
     source_observed_at: datetime
-    receipt_sources: list[str] | None  # the work's latest receipt per source at the instant (Standing.receipts)
-    receipt_times: list[datetime] | None
 
 
 @dataclass(frozen=True)
@@ -272,5 +269,7 @@ class RecordItems:
     counts: Counts
     inbound: list[ItemPiece]
     outbound: list[ItemPiece]
+    # (source, instant): the latest receipt per source of the works the items are linked to
+    receipts: list[tuple[str, datetime]]
     measurements: list[Measurement]
     caps: Caps = Caps()
