@@ -67,11 +67,21 @@ def _text(expr: str) -> str:
     return f"coalesce(to_json({expr})::text, 'null')"
 
 
+def _int(expr: str) -> str:
+    """_text of an integer expression: its text is its JSON (no escaping to look for)."""
+    return f"coalesce(({expr})::text, 'null')"
+
+
+def _uuid(expr: str) -> str:
+    """_text of a uuid expression: its text quoted (hex digits and hyphens need no escape)."""
+    return f"""coalesce('"' || ({expr})::text || '"', 'null')"""
+
+
 def _instant(expr: str, zone: str) -> str:
-    """An instant as app.record writes it (seconds, microseconds only when there are some), then `zone`."""
-    return (f"""to_char({expr} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS') """
-            f"""|| CASE WHEN date_trunc('second', {expr}) = {expr} THEN '' """
-            f"""ELSE to_char({expr} AT TIME ZONE 'UTC', '.US') END || '{zone}'""")
+    """An instant as app.record writes it (seconds, microseconds only when there are some), then `zone`: one
+    to_char (the costly part) with microseconds, which are dropped when they are all zero (the only "." in it)."""
+    return (f"""replace(to_char({expr} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US'), '.000000', '') """
+            f"""|| '{zone}'""")
 
 
 def _z(expr: str) -> str:
@@ -91,7 +101,7 @@ def _paper_short(alias: str) -> str:
             f"""|| ',"last_updated":' || {_z(a + ".last_updated")} """
             f"""|| ',"snapshot_observed_at":' || {_z(a + ".observed_at")} """
             f"""|| ',"submitted_at":' || {_z(a + ".submitted_at")} || ',"title":' || {_text(a + ".title")} """
-            f"""|| ',"version":' || {_text(a + ".latest_version")} || '}}' END""")
+            f"""|| ',"version":' || {_int(a + ".latest_version")} || '}}' END""")
 
 
 # The work a reference is linked to at the instant, as app.record.cited_work writes it: from its snapshot `w`
@@ -101,13 +111,13 @@ _LINKED_WORK: Final = (
     f"""|| ',"metadata_source":' || {_text("w.metadata_source")} """
     f"""|| ',"pith_arxiv_id":' || {_text("w.pith_arxiv_id")} """
     f"""|| ',"snapshot_observed_at":' || {_z("w.observed_at")} || ',"title":' || {_text("w.title")} """
-    f"""|| ',"venue":' || {_text("w.venue")} || ',"work_id":' || {_text("w.work_id")} || ',"year":' """
-    f"""|| {_text("w.year")} || '}}'""")
+    f"""|| ',"venue":' || {_text("w.venue")} || ',"work_id":' || {_uuid("w.work_id")} || ',"year":' """
+    f"""|| {_int("w.year")} || '}}'""")
 _PRINTED_WORK: Final = (
     f"""'{{"arxiv_id":null,"doi":null,"metadata_source":null,"pith_arxiv_id":' """
     f"""|| {_text("o.cited_arxiv_id")} || ',"snapshot_observed_at":' || {_z("o.source_observed_at")} """
     f"""|| ',"title":' || {_text("o.printed_title")} || ',"venue":null,"work_id":null,"year":' """
-    f"""|| {_text("o.printed_year")} || '}}'""")
+    f"""|| {_int("o.printed_year")} || '}}'""")
 
 # app.record.work_standing_notice of a work with a snapshot at the instant: its receipts (latest per source,
 # by source) and its events standing then (rules.NOTICE_ORDER), as STANDING_TEMPLATE reads them.
@@ -202,11 +212,11 @@ items AS (
 SELECT o.direction, o.ord, o.key_citing, o.reference_index AS key_index, o.observation_id AS key_id,
        convert_to('{{"citation":{{"cited_paper":' || coalesce(d.short, 'null')
                   || ',"cited_work":' || coalesce(w.cited, {_PRINTED_WORK})
-                  || ',"citing_paper":' || c.short || ',"reference_index":' || {_text("o.reference_index")}
+                  || ',"citing_paper":' || c.short || ',"reference_index":' || {_int("o.reference_index")}
                   || ',"source":' || {_text("o.source")} || ',"source_observed_at":' || {_z("o.source_observed_at")}
                   || '}},"links":{{"cited_paper":' || coalesce(d.link, 'null') || ',"citing_paper":' || c.link
                   || '}},', 'UTF8') AS head,
-       convert_to('"observation_id":' || {_text("o.observation_id")} || ',"resolution":'
+       convert_to('"observation_id":' || {_uuid("o.observation_id")} || ',"resolution":'
                   || CASE WHEN r.observed_at IS NULL
                           -- Parsed, not yet resolved: unresolved as of the parse (citations.observation_from).
                           THEN '{{"observed_at":' || {_z("o.source_observed_at")}
