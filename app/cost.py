@@ -192,6 +192,12 @@ class Costing:
             if field.selection_set is not None:  # objects to complete: a connection is one, its items many
                 units += multiplier if connection else own
             units += multiplier * self.work(name, args, size)
+            if name in DATA_SIZED and not self.root and self.paper is None and self.advice is None \
+                    and multiplier * self.work(name, args, size) > MAX_COST:
+                self.advice = (f"Each paper reached through a list has its {name} priced as the largest paper could "
+                               f"be ({self.scale.max_degree:,} observations), whatever its own size; name the papers "
+                               f"instead: papers(arxivIds: [...]) {{ {name} }} prices each by its own size (up to "
+                               f"{MAX_IDS} ids a query)")
             if name == "citationRecord" and any(f.name.value == "document" for f in self.fields(field.selection_set)):
                 # the document as a JSON object: its objects are the answer's (what it itemizes, ~12 each)
                 units += multiplier * record_objects(self.size_of(args.get("arxivId") if self.root else self.paper))

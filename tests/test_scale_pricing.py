@@ -142,6 +142,10 @@ async def test_a_paper_not_named_by_the_query_is_priced_as_the_largest(hub_graph
     body = await served.graphql('query($id: String!) { paper(arxivId: $id) { inbound(first: 100) { nodes { '
                                 'citingPaper { citationsByYear { year } } } } } }', {"id": ordinary[0]})
     assert body["errors"][0]["extensions"]["code"] == "QUERY_TOO_COSTLY"
+    # The refusal says why, and names what prices each paper by its own size (a generic "lower first" would
+    # not: one citing paper's citationsByYear is priced at the hub's size).
+    message = body["errors"][0]["message"]
+    assert "priced as the largest paper" in message and "papers(arxivIds:" in message, message
     many = await served.graphql('query($ids: [String!]!) { papers(arxivIds: $ids) { citationsByYear { year } } }',
                                 {"ids": ordinary})
     assert "errors" not in many
