@@ -574,28 +574,33 @@ async def test_subscriptions_past_a_connections_limit_are_charged_like_any_refus
     start = "subscribe" if protocol == "graphql-transport-ws" else "start"
     subscription = 'subscription { citationAdded(arxivId: "2402.15627") { __typename } }'
 
-    def used() -> int:  # the same client (its address) over HTTP: graphql-ws carries no queries
-        answer = httpx.post(server.base + "/graphql", json={"query": "{ rateLimit { used } }"}, timeout=30)
-        return answer.json()["data"]["rateLimit"]["used"]
+    def used() -> tuple[int, str]:  # the same client (its address) over HTTP: graphql-ws carries no queries
+        answer = httpx.post(server.base + "/graphql", json={"query": "{ rateLimit { used resetAt } }"}, timeout=30)
+        status = answer.json()["data"]["rateLimit"]
+        return status["used"], status["resetAt"]
 
     try:
-        before = used()
-        async with websockets.connect(server.base.replace("http", "ws") + "/graphql", subprotocols=[protocol]) as ws:
-            await ws.send(json.dumps({"type": "connection_init"}))
-            assert json.loads(await ws.recv())["type"] == "connection_ack"
-            for i in range(MAX_SUBSCRIPTIONS_PER_CONNECTION):
-                await ws.send(json.dumps({"id": f"s{i}", "type": start, "payload": {"query": subscription}}))
-            await asyncio.sleep(1)
-            refused = []
-            for i in range(10):
-                await ws.send(json.dumps({"id": f"x{i}", "type": start, "payload": {"query": subscription}}))
-                while True:
-                    message = json.loads(await asyncio.wait_for(ws.recv(), 30))
-                    if message.get("id") == f"x{i}":
-                        refused.append(json.dumps(message))
-                        break
-            assert all("Subscription limit reached" in m for m in refused), refused[:2]
-        after = used()
+        for _ in range(2):  # budgets are per clock hour: a run that crosses the hour's end is run again
+            before, hour = used()
+            async with websockets.connect(server.base.replace("http", "ws") + "/graphql",
+                                          subprotocols=[protocol]) as ws:
+                await ws.send(json.dumps({"type": "connection_init"}))
+                assert json.loads(await ws.recv())["type"] == "connection_ack"
+                for i in range(MAX_SUBSCRIPTIONS_PER_CONNECTION):
+                    await ws.send(json.dumps({"id": f"s{i}", "type": start, "payload": {"query": subscription}}))
+                await asyncio.sleep(1)
+                refused = []
+                for i in range(10):
+                    await ws.send(json.dumps({"id": f"x{i}", "type": start, "payload": {"query": subscription}}))
+                    while True:
+                        message = json.loads(await asyncio.wait_for(ws.recv(), 30))
+                        if message.get("id") == f"x{i}":
+                            refused.append(json.dumps(message))
+                            break
+                assert all("Subscription limit reached" in m for m in refused), refused[:2]
+            after, hour_after = used()
+            if hour_after == hour:
+                break
         # The subscriptions a point or more each, and each of the ten refusals a point.
         assert after - before >= MAX_SUBSCRIPTIONS_PER_CONNECTION + 10, (before, after)
     finally:
