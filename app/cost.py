@@ -191,9 +191,10 @@ class Costing:
             connection = name in LISTS or name == "neighbourhood"
             if field.selection_set is not None:  # objects to complete: a connection is one, its items many
                 units += multiplier if connection else own
-            units += multiplier * self.work(name, args, size)
+            work = multiplier * self.work(name, args, size)
+            units += work
             if name in DATA_SIZED and not self.root and self.paper is None and self.advice is None \
-                    and multiplier * self.work(name, args, size) > MAX_COST:
+                    and work > MAX_COST:
                 self.advice = (f"Each paper reached through a list has its {name} priced as the largest paper could "
                                f"be ({self.scale.max_degree:,} observations), whatever its own size; name the papers "
                                f"instead: papers(arxivIds: [...]) {{ {name} }} prices each by its own size (up to "

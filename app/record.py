@@ -379,8 +379,7 @@ def _document(rows: RecordRows | RecordItems, inbound: list[Any], outbound: list
               outbound_at: list[datetime]) -> dict[str, Any]:
     """The document around its items (dicts or their canonical bytes), from the facts of the displayed
     observations: the outbound ones' statuses, the receipts (source, when) of the works they are linked
-    to (only the latest per source counts: each work's once, or only the latest of each source), when each
-    was parsed."""
+    to (only the latest of each source is read, so a receipt may come more than once), when each was parsed."""
     paper = rows.paper
     displayed = len(inbound) + len(outbound)
     state_counts = {status: 0 for status in STATUSES}
