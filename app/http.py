@@ -114,9 +114,11 @@ class GraphQLJSONResponse(JSONResponse):
 
 def graphql_response(payload: dict[str, Any], status: int, media: str | None,
                      headers: Mapping[str, str] | None = None) -> Response:
-    response = GraphQLJSONResponse(payload, status_code=status, headers=dict(headers or {}))
-    response.headers["content-type"] = f"{media or JSON}; charset=utf-8"
-    return response
+    return GraphQLJSONResponse(payload, status_code=status, headers=headers,
+                               media_type=_CONTENT_TYPES.get(media or JSON) or f"{media}; charset=utf-8")
+
+
+_CONTENT_TYPES = {m: f"{m}; charset=utf-8" for m in ("application/json", "application/graphql-response+json")}
 
 
 def error_entry(message: str, code: str, **extensions: Any) -> dict[str, Any]:
@@ -159,7 +161,10 @@ class GraphQLParams:
     extensions: dict[str, Any] | None
 
     @classmethod
-    def of(cls, body: Any, max_variables_bytes: int) -> "GraphQLParams":
+    def of(cls, body: Any, max_variables_bytes: int, body_bytes: int | None = None) -> "GraphQLParams":
+        """The request's parameters, refused (BadRequest) as the GraphQL-over-HTTP rules say. Variables are
+        measured as json.dumps writes them; given the body's length (`body_bytes`), a body too short for its
+        variables to reach the limit is not measured (no byte of a body becomes more than six characters)."""
         if isinstance(body, list):
             raise BadRequest("batched operations are not supported; send one operation per request")
         if not isinstance(body, dict):
@@ -176,7 +181,8 @@ class GraphQLParams:
             raise BadRequest("query: a GraphQL document (string) is required")
         if variables is not None and not isinstance(variables, dict):
             raise BadRequest("variables: expected a JSON object")
-        if variables and len(json.dumps(variables)) > max_variables_bytes:
+        if variables and (body_bytes is None or body_bytes * 6 > max_variables_bytes) \
+                and len(json.dumps(variables)) > max_variables_bytes:
             raise BadRequest(f"variables are larger than {max_variables_bytes} bytes", 413, "PAYLOAD_TOO_LARGE")
         if operation is not None and not isinstance(operation, str):
             raise BadRequest("operationName: expected a string")

@@ -25,10 +25,8 @@ from app import metrics
 from app.compression import GZip
 from app.cors import Cors
 from app.db.pool import DeadlinePassed, StatementTimeout, create_pool, pool_rollbacks_expected
-from app.fastpath import PreparedFastPath
 from app.graphql.view import GraphQLView
-from app.http import GRAPHQL_PATH, error_response
-from app.limits import MAX_BODY_BYTES, MAX_VARIABLES_BYTES
+from app.http import error_response
 from app.live import Hub, LiveError
 from app.logs import request_id
 from app.middleware import BodyLimitAndCancelOnDisconnect, RequestIdMiddleware
@@ -130,9 +128,6 @@ def create_app(settings: Settings | None = None, dsn: str | None = None, *,
 
         middleware.insert(0, tracing_middleware(tracer_provider))
     middleware.append(Middleware(Cors, origins=settings.cors_origins, headers=settings.cors_headers))
-    if settings.prepared_fast_path:
-        middleware.append(Middleware(PreparedFastPath, state=state, path=GRAPHQL_PATH, max_body=MAX_BODY_BYTES,
-                                     max_variables=MAX_VARIABLES_BYTES))
     middleware += [
         Middleware(BodyLimitAndCancelOnDisconnect, on_refused=state.charge_refusal),
         Middleware(GZip),

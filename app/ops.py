@@ -135,8 +135,8 @@ class Ops:
         return 200, {"status": status, "database": database, "degraded": degraded, "pending_migrations": [],
                      "replicas": replicas, "pool": pool_figures(self.state.pool),
                      "budgets": "in-process" if read_only or self.state.governor.budgets.local else "shared",
-                     "prepared": {"documents": len(self.state.prepared.table),
-                                  "answered": self.state.prepared.answered},
+                     "prepared": {"documents": len(self.state.plans.table),
+                                  "answered": self.state.plans.answered},
                      "live": {"subscribers": self.state.hub.count if self.state.hub else 0,
                               "position": self.state.hub.position if self.state.hub else None}}, None
 

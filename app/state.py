@@ -1,5 +1,5 @@
 """The application's state, what every handler shares: settings, the pools and their sessions, the
-schema, the governor, the persisted and prepared documents."""
+schema, the governor, the persisted documents and the plan cache."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from starlette.types import Scope
 from app.context import Context
 from app.cost import DataScale
 from app.db.pool import Session, acquire_by_deadline, connect, connection
-from app.fastpath import PreparedOperations
 from app.governor import Client, Governor, parse_networks
 from app.live import LIVE_ACQUIRE_SECONDS, Hub, live_session
 from app.logs import note
@@ -60,7 +59,9 @@ class App:
                                  heavy_locks=settings.heavy_locks)
         manifest = load_manifest(settings.persisted_documents) if settings.persisted_documents else None
         self.persisted = PersistedDocuments(manifest, only=settings.persisted_only)
-        self.prepared = PreparedOperations()
+        from app.graphql.plan import Plans
+
+        self.plans = Plans()  # the plan cache (app.graphql.plan)
         self.waiting = 0  # sessions waiting for a pool connection (the metrics' waiting state)
 
     def context(self, client: Client | None, **more: Any) -> Context:

@@ -1,8 +1,11 @@
-"""Prepared operations (app/fastpath.py) answer over HTTP exactly as the full stack does, byte for byte.
+"""The plan cache (app/graphql/plan.py) answers over HTTP exactly as the pipeline does, byte for byte.
 
-Two servers over one database: one with the prepared path, one without. Every request goes twice to
-the first (the first time the full pipeline answers it and prepares the document, the second time the
-prepared path answers) and once to the second; status, headers and body must be the same.
+Two servers over one database: one answering learned documents from their plans, one without plans
+(PITH_PREPARED_FAST_PATH=0). Every request goes twice to the first (the first time the pipeline answers it
+and its plan is kept, the second time the plan answers) and once to the second; status, headers and body
+must be the same. Both enter the same view and build their responses with the same function; what differs
+is the execution (one compiled statement against Strawberry's resolvers), and what the plan decides before
+it (variables, price, arguments).
 """
 
 from __future__ import annotations
@@ -76,13 +79,13 @@ def comparable(response) -> tuple:
 
 async def both(pair, body, headers=None) -> tuple:
     fast, slow = pair[0], pair[1]
-    before = fast.app.state.pith.prepared.answered
+    before = fast.app.state.pith.plans.answered
     first = await fast.client.post("/graphql", content=body, headers=headers)
     second = await fast.client.post("/graphql", content=body, headers=headers)
     reference = await slow.client.post("/graphql", content=body, headers=headers)
     assert comparable(first) == comparable(reference)
     assert comparable(second) == comparable(reference), (body, second.text[:500], reference.text[:500])
-    answered = fast.app.state.pith.prepared.answered - before
+    answered = fast.app.state.pith.plans.answered - before
     return reference, answered
 
 
@@ -177,9 +180,9 @@ async def test_a_failing_statement_answers_as_the_full_stack_does(pair, admin_ur
             transaction = locker.transaction()
             await transaction.start()
             await locker.execute("LOCK TABLE paper_snapshots IN ACCESS EXCLUSIVE MODE")
-            before = fast.app.state.pith.prepared.answered
+            before = fast.app.state.pith.plans.answered
             answers = [await s.client.post("/graphql", content=body, headers=headers) for s in (fast, slow)]
-            assert fast.app.state.pith.prepared.answered == before + 1
+            assert fast.app.state.pith.plans.answered == before + 1
             await transaction.rollback()
         finally:
             await locker.close()
@@ -213,7 +216,7 @@ async def test_requests_cancelled_mid_statement_give_their_connections_back(pair
                  "client": ("127.0.0.1", 1), "server": ("testserver", 80), "state": {}, "app": app}
         await app(scope, receive, send)
 
-    before = app.state.pith.prepared.answered
+    before = app.state.pith.plans.answered
     for delay in [0, 0.0005, 0.001, 0.002, 0.004] * 8:
         tasks = [asyncio.ensure_future(one()) for _ in range(5)]
         await asyncio.sleep(delay)
@@ -223,20 +226,20 @@ async def test_requests_cancelled_mid_statement_give_their_connections_back(pair
     await asyncio.sleep(0.5)
     await assert_settled(app.state.pith.pool, pair[6])
     response = await fast.client.post("/graphql", content=body, headers={"content-type": "application/json"})
-    assert response.status_code == 200 and app.state.pith.prepared.answered > before
+    assert response.status_code == 200 and app.state.pith.plans.answered > before
 
 
 async def test_with_cors_configured_prepared_answers_carry_the_same_headers(pair):
-    """CORS wraps the prepared path: an allowed origin gets the same headers either way."""
+    """CORS wraps the view, plans included: an allowed origin gets the same headers either way."""
     origins = ("https://app.example.org",)
     async with servers(pair[6], cors_origins=origins) as (fast, slow):
         body = json.dumps({"query": Q2, "variables": {"id": pair[2][5]}}).encode()
         for origin in ("https://app.example.org", "https://elsewhere.example"):
             headers = {"content-type": "application/json", "origin": origin}
             await both((fast, slow), body, headers)
-            answered = fast.app.state.pith.prepared.answered
+            answered = fast.app.state.pith.plans.answered
             response = await fast.client.post("/graphql", content=body, headers=headers)
-            assert fast.app.state.pith.prepared.answered == answered + 1
+            assert fast.app.state.pith.plans.answered == answered + 1
             allowed = response.headers.get("access-control-allow-origin")
             assert allowed == (origin if origin in origins else None)
 
@@ -257,9 +260,9 @@ async def test_a_prepared_operation_waits_for_a_costly_slot_only_within_its_dead
             for _ in range(COSTLY_SLOTS):
                 await semaphore.acquire()
         try:
-            answered = fast.app.state.pith.prepared.answered
+            answered = fast.app.state.pith.plans.answered
             late = await asyncio.wait_for(fast.client.post("/graphql", content=body, headers=headers), 30)
-            assert fast.app.state.pith.prepared.answered == answered + 1
+            assert fast.app.state.pith.plans.answered == answered + 1
             reference = await slow.client.post("/graphql", content=body, headers=headers)
             assert late.status_code == 504 and [e["extensions"]["code"] for e in late.json()["errors"]] == ["TIMEOUT"]
             assert comparable(late) == comparable(reference)
@@ -268,4 +271,4 @@ async def test_a_prepared_operation_waits_for_a_costly_slot_only_within_its_dead
                 for _ in range(COSTLY_SLOTS):
                     semaphore.release()
         again = await fast.client.post("/graphql", content=body, headers=headers)
-        assert "errors" not in again.json() and fast.app.state.pith.prepared.answered == answered + 2
+        assert "errors" not in again.json() and fast.app.state.pith.plans.answered == answered + 2

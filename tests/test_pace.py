@@ -127,12 +127,12 @@ async def test_a_request_counts_once_on_the_prepared_path_and_over_a_stream(pace
     client = paced.client
     state = paced.app.state.pith
     await warm(client)
-    before = state.prepared.answered
+    before = state.plans.answered
     # The full pipeline answers a lookup once; then the prepared path answers it (and falls back to the full
     # stack for a refusal, which must not count the request again).
     answers = [await client.post("/graphql", json=LOOKUP, headers=who(20)) for _ in range(BURST + 1)]
     assert [a.status_code for a in answers] == [200] * BURST + [429], [a.text[:100] for a in answers]
-    assert state.prepared.answered > before  # the prepared path did answer some
+    assert state.plans.answered > before  # the prepared path did answer some
     assert too_fast(answers[-1])
     for _ in range(BURST):
         async with client.stream("POST", "/graphql", json=LOOKUP,

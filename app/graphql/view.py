@@ -40,6 +40,7 @@ from app.governor import Unauthenticated, rate_limit_headers
 from app.cost import READER_STANDING, ReaderBusy, read_off_loop
 from app.limits import (MAX_BODY_BYTES, MAX_QUERY_STRING_BYTES, MAX_SUBSCRIPTIONS_PER_CONNECTION, MAX_TOKENS,
                         MAX_VARIABLES_BYTES, RETRY_AFTER_SECONDS)
+from app.graphql import plan
 from app.live import StoppableSocket
 from app.persisted import PersistedQueryError, requested_hash
 from app.pipeline import outcome_status, over_budget
@@ -201,8 +202,7 @@ class GraphQLView(StrawberryGraphQL[Context, None]):
             response = self.state.respond(ExecutionResult(data=None, errors=[refused]), media)
         else:
             response = await self._bounded(request)
-        for name, value in rate_limit_headers(self.state.governor.status(client)):
-            response.headers[name.decode()] = value.decode()
+        response.raw_headers += rate_limit_headers(self.state.governor.status(client))  # no answer has them yet
         return response
 
     async def _bounded(self, request: Request) -> Response:
@@ -230,6 +230,10 @@ class GraphQLView(StrawberryGraphQL[Context, None]):
             await self.state.charge_refusal(request.scope)
             return http.transport_error(413, f"query string is larger than {MAX_QUERY_STRING_BYTES} bytes; "
                                              "POST large queries", "PAYLOAD_TOO_LARGE")
+        if request.method == "POST" and self.state.plans.table and self.state.settings.prepared_fast_path:
+            planned = await plan.answered(self.state, request, request.scope["pith.client"])
+            if planned is not None:
+                return planned
         try:
             return await self.run(request)
         except Answer as exc:
@@ -371,8 +375,8 @@ class GraphQLView(StrawberryGraphQL[Context, None]):
                                                 context.client)  # validated: it ran
         if not result.errors and not get_like and request_data.extensions is None and context.session is not None \
                 and context.session.statements == 1:
-            # Answered by one compiled statement: later requests of this document take app/fastpath.py.
-            self.state.prepared.learn(self.state.schema._schema, request_data.query, request_data.operation_name)
+            # Answered by one compiled statement: later POSTs of this document are answered from its plan.
+            self.state.plans.learn(self.state.schema._schema, request_data.query, request_data.operation_name)
         if cache is not None and not result.errors:
             sub_response.headers.update(cache)
         return result
