@@ -6,7 +6,7 @@ differs: `isal_zlib.compressobj`, the zlib API with ISA-L's deflate, writes the 
 against 44.4 kB); on a 1.2 kB answer 10 us against 72 us (BENCHMARKS.md, "The record's repeated parts made
 once, in one statement (sixth pass)"). So cheap, a body of any size the API sends is compressed on the event loop:
 a hand-off to a worker thread (Starlette's default from 128 KiB) would cost more than the compression.
-Every path that compresses (the middleware stack, app.fastpath) uses this one class.
+Every response that is compressed goes through this one class, in the middleware stack.
 """
 
 from __future__ import annotations

@@ -1035,7 +1035,7 @@ def operation_price(schema: Any, document: Any, operation_name: str | None, vari
     """The price of running the operation with these variables: computed once per document when no
     variable sizes a list (cached), else per request; with `sizes` (priced_papers' papers, read by
     paper_sizes), data-sized work of those papers is priced from their own sizes. Raises UserInputError
-    for an argument out of range. Every transport and the prepared path price operations here."""
+    for an argument out of range. Every transport and the plans price operations here."""
     if sizes is not None:
         return query_price(document, operation_name, variables, schema, scale, sizes)
     _, sized = _plan(schema, document, operation_name, compiled)

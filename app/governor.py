@@ -520,7 +520,7 @@ class Ticket:
 
 class LightFirst:
     """Light work first, within a process: an operation admitted light (priced at most LIGHT_COST, by the
-    pipeline or the prepared fast path) is in flight until it is settled; any other operation's turns of the
+    pipeline or from a plan) is in flight until it is settled; any other operation's turns of the
     event loop (its start once admitted, then each of loaders.base.Turns' stretches: app.pipeline) wait
     while any light one is in flight, at most LIGHT_FIRST_SECONDS a turn: heavy operations (which also take a
     heavy slot), and those between (a hub's nested page, a record), which four clients looping them made a
@@ -688,7 +688,7 @@ class Governor:
     def pace(self, client: Client, scope: Any = None) -> TooFast | None:
         """The client's request taken against its pace: None, or TooFast (the refusal costs a point of what
         this process holds of the client's hour, without a statement). A request's scope remembers the
-        answer, so a request asked twice (the prepared path, then the full stack) is counted once."""
+        answer, so a request asked twice (a plan, then the full stack) is counted once."""
         if self.paces is None:
             return None
         if scope is not None and "pith.paced" in scope:

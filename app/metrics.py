@@ -50,7 +50,7 @@ REFUSED = Counter("pith_operations_refused", "Operations refused or stopped, by 
                   "too_costly, unauthenticated, unavailable).", ["reason"])
 COST_UNITS = Counter("pith_cost_units", "Work units operations did (their extensions.cost.actual).")
 COST_POINTS = Counter("pith_cost_points", "Budget points operations were charged.")
-PREPARED = Counter("pith_prepared_path_answers", "Operations the prepared path answered (one statement, no pipeline).")
+PREPARED = Counter("pith_prepared_path_answers", "Operations answered from a plan (one statement, no Strawberry execution).")
 POOL = Gauge("pith_db_pool_connections", "Database connections of the pools (primary and replicas), by state.", ["state"],
              multiprocess_mode="livesum")
 SUBSCRIPTIONS = Gauge("pith_subscriptions", "Live subscriptions held.", multiprocess_mode="livesum")
@@ -223,7 +223,7 @@ def watch_requests(tasks: Any) -> None:
 
 def record_operation(name: str | None, codes: Iterable[str | None], statements: int, units: int | None,
                      points: int | None, seconds: float | None = None) -> str:
-    """Count one operation (every transport, the prepared path too); its outcome, for the access log."""
+    """Count one operation (every transport, plans too); its outcome, for the access log."""
     result = outcome(codes) if codes else "ok"
     label = operation_label(name)
     tally = _tally
@@ -247,7 +247,7 @@ def record_request(route: str, status: int, seconds: float) -> None:
 
 
 def prepared_answer() -> None:
-    """One operation answered by the prepared path."""
+    """One operation answered from a plan (app.graphql.plan)."""
     _tally.add(PREPARED)
 
 

@@ -1,5 +1,5 @@
-"""The stages every GraphQL operation shares, whatever carries it (HTTP, WebSocket, SSE, multipart, the
-prepared path): admission and settlement against the client's budget, the deadline, the one error
+"""The stages every GraphQL operation shares, whatever carries it (HTTP, WebSocket, SSE, multipart, a
+plan): admission and settlement against the client's budget, the deadline, the one error
 masking policy, the cost report, and the HTTP status an outcome gets. RequestPipeline (below) calls
 them from Strawberry's hooks; the transports call them for what happens around an operation.
 """
@@ -61,7 +61,7 @@ WORK_UNIT_SECONDS = 30e-6
 def over_budget(governor: Any, client: Any, scope: Any = None, *, pace: bool = True) -> GraphQLError | None:
     """RATE_LIMITED for a client with nothing left of its hour, or over its pace (Governor.pace: requests a
     second), before its request is read any further (from memory: no statement); None otherwise. Every
-    transport asks this first, once per request or streamed operation (app.graphql.view, the prepared path,
+    transport asks this first, once per request or streamed operation (app.graphql.view, its plans,
     app.schema.Schema.stream); `scope` is the HTTP request's, so that a request asked twice counts once;
     `pace` False for what was paced already (a streamed operation: by its request, or its WebSocket message,
     Governor.paced_receive)."""
@@ -304,7 +304,7 @@ def retry_after(errors: list[dict[str, Any]]) -> str | None:
 
 def report(operation: str | None, codes: list[str | None], statements: int, units: int | None,
            points: int | None, seconds: float | None = None) -> None:
-    """An operation's end, as every transport and the prepared path tell it: metrics and the access line."""
+    """An operation's end, as every transport and the plans tell it: metrics and the access line."""
     from app import metrics
     from app.logs import note
 

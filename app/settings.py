@@ -59,8 +59,8 @@ class Settings:
     persisted_documents: str | None = None
     persisted_only: bool = False
     access_log: bool = True
-    # Documents answered once by the full pipeline with one compiled statement are answered again
-    # before it (app/fastpath.py); off only to compare the two.
+    # Documents answered once by the full pipeline with one compiled statement are answered again from
+    # their plan (app/graphql/plan.py); off only to compare the two.
     prepared_fast_path: bool = True
     # Seconds an operation may take from its arrival; past it, it is cancelled (TIMEOUT). 0: none.
     request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT_SECONDS
