@@ -261,6 +261,19 @@ def result_payload(result: Any, errors: list[dict[str, Any]], media: str | None)
 # --- cacheable GET --------------------------------------------------------------------------------
 
 PINNED_MAX_AGE = 300  # a pinned answer changes only when an import adds facts from before its instant
+NOW_MAX_AGE = 60  # an answer as of now changes with the next import
+
+
+def cache_control(pinned: bool) -> str:
+    """The one caching rule of every answer read from the data, GraphQL and REST alike: pinned to an instant
+    before the server's clock, five minutes (an import may still add facts dated before it: `--observed-at`);
+    as of now, a minute. Each route adds its validator (ETag); a keyed request's answer is made private on the
+    way out (app.middleware.keyed_cache_rule)."""
+    return _PINNED if pinned else _NOW
+
+
+_PINNED = f"public, max-age={PINNED_MAX_AGE}"
+_NOW = f"public, max-age={NOW_MAX_AGE}"
 
 
 def _document(query: str) -> Any:
@@ -337,8 +350,7 @@ def get_validator(version: int, query: str, variables: dict[str, Any] | None, op
 
 
 def cache_headers(etag: str, pinned: bool) -> dict[str, str]:
-    return {"ETag": etag, "Vary": "Accept",
-            "Cache-Control": f"public, max-age={PINNED_MAX_AGE}" if pinned else "no-cache"}
+    return {"ETag": etag, "Vary": "Accept", "Cache-Control": cache_control(pinned)}
 
 
 GRAPHQL_PATH = "/graphql"

@@ -20,6 +20,7 @@ from app import record
 from app.cost import PRICES, Price
 from app.errors import deadline_error
 from app.governor import RateLimited, TooFast, Unauthenticated, rate_limit_headers
+from app.http import cache_control
 from app.limits import (ARGUMENTS, DEFAULT_REQUEST_TIMEOUT_SECONDS, LIST_ROWS_PER_SECOND, MAX_NEIGHBOURHOOD_PAPERS,
                         argument_default)
 from app.timeparse import (ARXIV_ID_RULE, AS_OF_RULE, BadInput, answered_as_of, is_pinned, now_as_of,
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
     from datetime import datetime
 
 STATIC = __file__.rsplit("/", 1)[0] + "/static"
-CACHE_RECORD = "public, max-age=60"
 
 
 def etag_of(*parts: str) -> str:
@@ -179,8 +179,7 @@ def routes(app: Any) -> list:  # app.state.App
         return endpoint
 
     def cached(request: Request, etag: str, make: Any, pinned: bool) -> Response:
-        # A record pinned to an instant never changes; "now" changes with the data.
-        headers = {"ETag": etag, "Cache-Control": "public, max-age=86400" if pinned else CACHE_RECORD,
+        headers = {"ETag": etag, "Cache-Control": cache_control(pinned),
                    "Vary": "Accept"}
         if not_modified(request, etag):
             return Response(status_code=304, headers=headers)
@@ -226,7 +225,7 @@ def routes(app: Any) -> list:  # app.state.App
             "observations": checks,
             "all_match": context == parsed["context_digest"] and all(c["matches"] for c in checks),
         }
-        headers = {"Cache-Control": CACHE_RECORD, "Vary": "Accept"}
+        headers = {"Cache-Control": cache_control(False), "Vary": "Accept"}
         if not wants_html(request):
             return JSONResponse(result, headers=headers)
         return HTMLResponse(page(f"Integrity of arXiv:{parsed['paper']['arxiv_id']}", integrity_body(result)),
@@ -332,7 +331,7 @@ retracted, with the source and time of every fact. Every record is a canonical, 
         payload = {"as_of": record.as_of_text(as_of), "synthetic": any(s["synthetic"] for s in listed),
                    "sources": listed}
         if not wants_html(request):
-            return JSONResponse(payload, headers={"Cache-Control": CACHE_RECORD})
+            return JSONResponse(payload, headers={"Cache-Control": cache_control(False)})
         rows = "".join(f"<tr><td>{escape(s['role'])}</td><td><code>{escape(s['source'])}</code></td><td>{s['kind']}</td>"
                        f"<td>{time_tag(s['latest_observed_at'])}</td><td>{s['facts']}</td></tr>" for s in listed)
         synthetic = [s["source"] for s in listed if s["synthetic"]]
@@ -389,7 +388,7 @@ retracted, with the source and time of every fact. Every record is a canonical, 
         return StreamingResponse(body(), media_type=export.MEDIA_TYPES[format], headers={
             "Content-Disposition": f'attachment; filename="{name}"',
             "X-Truncated": "true" if found.truncated else "false",
-            "Cache-Control": "public, max-age=86400" if pinned else CACHE_RECORD})
+            "Cache-Control": cache_control(pinned)})
 
     async def bulk_list(request: Request) -> Response:
         """A paper's whole inbound or outbound list (app.bulk), governed here: the ticket is held, and
@@ -459,7 +458,7 @@ retracted, with the source and time of every fact. Every record is a canonical, 
             "Content-Disposition": f'attachment; filename="{name}"',
             "X-As-Of": record.as_of_text(as_of),
             "X-Cost-Requested": str(price.units), "X-Cost-Points": str(price.points),
-            "Cache-Control": "public, max-age=86400" if pinned else CACHE_RECORD})
+            "Cache-Control": cache_control(pinned)})
         for header, value in rate_limit_headers(governor.status(client)):
             response.headers[header.decode()] = value.decode()
         return response
