@@ -50,7 +50,7 @@ REFUSED = Counter("pith_operations_refused", "Operations refused or stopped, by 
                   "too_costly, unauthenticated, unavailable).", ["reason"])
 COST_UNITS = Counter("pith_cost_units", "Work units operations did (their extensions.cost.actual).")
 COST_POINTS = Counter("pith_cost_points", "Budget points operations were charged.")
-PREPARED = Counter("pith_prepared_path_answers", "Operations answered from a plan (one statement, no Strawberry execution).")
+PREPARED = Counter("pith_prepared_path_answers", "Operations answered from a plan (one statement, no resolvers).")
 POOL = Gauge("pith_db_pool_connections", "Database connections of the pools (primary and replicas), by state.", ["state"],
              multiprocess_mode="livesum")
 SUBSCRIPTIONS = Gauge("pith_subscriptions", "Live subscriptions held.", multiprocess_mode="livesum")
