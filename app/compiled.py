@@ -20,9 +20,14 @@ from dataclasses import dataclass
 from typing import Any, Callable, Final
 
 from graphql import FieldNode, FragmentSpreadNode, InlineFragmentNode, OperationDefinitionNode, OperationType
+from graphql.execution.values import get_argument_values
 
+from app import cursors
+from app.errors import UserInputError
 from app.limits import MAX_FIRST
+from app.timeparse import BadInput, parse_arxiv_id
 from app.types.node import global_id_sql as _gid  # the one global-id rule, in SQL
+from app.types.node import pin_suffix
 from app.types.scalars import datetime_sql as _dt  # the one DateTime format, in SQL
 from loaders.citations import LATERALS, LOW_KEY, inbound_total_sql
 from loaders.rows import UNRESOLVED, shown_reference_index_sql
@@ -333,11 +338,6 @@ def arguments(compiled: Compiled, schema: Any, variable_values: Any,
     """The statement's parameters and, per page, whether `after` was given; None when an argument is one
     the ordinary path refuses (it then answers, with the schema's own error). `instant` gives the instant
     an asOf is answered as of and whether the answer is pinned (app.timeparse.answered_as_of, is_pinned)."""
-    from app import cursors
-    from app.errors import UserInputError
-    from app.timeparse import BadInput, parse_arxiv_id
-    from app.types.node import pin_suffix
-
     values = _values(variable_values, compiled.field, schema.query_type.fields["paper"])
     if values is None:
         return None
@@ -381,8 +381,6 @@ def answer(compiled: Compiled, rows: Any, afters: list[bool]) -> dict[str, Any]:
 
 def _finish_cursors(connection: dict[str, Any], page: _Page, after_given: bool) -> None:
     """Cursors come out of the statement as key arrays; here they become the opaque cursors of app.cursors."""
-    from app import cursors
-
     def encode(key: list[Any] | None) -> str | None:
         return None if key is None else cursors.encode_key([page.side, *key])
 
@@ -400,8 +398,6 @@ def _finish_cursors(connection: dict[str, Any], page: _Page, after_given: bool) 
 
 def _values(variable_values: Any, field: FieldNode, definition: Any) -> dict[str, Any] | None:
     """Coerced arguments of a field by their GraphQL names; None when they do not coerce."""
-    from graphql.execution.values import get_argument_values
-
     try:
         coerced = get_argument_values(definition, field, variable_values)
     except Exception:  # noqa: BLE001 - the ordinary path reports it

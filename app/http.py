@@ -15,6 +15,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+import orjson
 from graphql import OperationDefinitionNode
 from starlette.responses import JSONResponse, Response
 
@@ -104,8 +105,6 @@ class GraphQLJSONResponse(JSONResponse):
     """
 
     def render(self, content: Any) -> bytes:
-        import orjson
-
         try:
             return orjson.dumps(content)
         except TypeError:

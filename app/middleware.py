@@ -14,6 +14,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import metrics
+from app.db.pool import request_deadline
 from app.http import error_response
 from app.limits import MAX_BODY_BYTES
 from app.logs import request_facts, request_id
@@ -59,8 +60,6 @@ class RequestIdMiddleware:
         status = 0
         sent = 0
         if self.deadline_seconds:
-            from app.db.pool import request_deadline
-
             request_deadline.set(asyncio.get_running_loop().time() + self.deadline_seconds)
         facts: dict[str, Any] = dict(span_ids)
         facts_token = request_facts.set(facts)

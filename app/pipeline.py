@@ -25,7 +25,8 @@ from app.errors import OperationError, deadline_error
 from app.governor import RateLimited, Ticket, TooFast
 from app.http import document_operation_problem
 from app.limits import MAX_COST, MAX_NODES, RETRY_AFTER_SECONDS
-from app.logs import request_id
+from app import metrics
+from app.logs import note, request_id
 from app.shape import TextRefused, refused_unread
 from loaders.base import TURN
 
@@ -305,9 +306,6 @@ def retry_after(errors: list[dict[str, Any]]) -> str | None:
 def report(operation: str | None, codes: list[str | None], statements: int, units: int | None,
            points: int | None, seconds: float | None = None) -> None:
     """An operation's end, as every transport and the plans tell it: metrics and the access line."""
-    from app import metrics
-    from app.logs import note
-
     outcome = metrics.record_operation(operation, codes, statements, units, points, seconds)
     note(operation=operation or "anonymous", outcome=outcome, cost=units, points=points, statements=statements)
 

@@ -15,6 +15,7 @@ from graphql import GraphQLError
 from starlette.responses import Response
 from starlette.types import Scope
 
+from app import http
 from app.context import Context
 from app.cost import DataScale
 from app.db.pool import Session, acquire_by_deadline, connect, connection
@@ -22,6 +23,7 @@ from app.governor import Client, Governor, parse_networks
 from app.live import LIVE_ACQUIRE_SECONDS, Hub, live_session
 from app.logs import note
 from app.persisted import PersistedDocuments, load_manifest
+from app.pipeline import masked, outcome_status, retry_after
 from app.schema import make_schema
 from app.settings import Settings
 from loaders.system import DATA_VERSION
@@ -153,17 +155,12 @@ class App:
 
     def respond(self, result: Any, media: str | None) -> Response:
         """The HTTP response for an execution result (App.outcome). The transports add the RateLimit fields."""
-        from app import http
-
         payload, status, headers = self.outcome(result, media)
         return http.graphql_response(payload, status, media, headers)
 
     def outcome(self, result: Any, media: str | None) -> tuple[dict[str, Any], int, dict[str, str]]:
         """The body, status and headers of an execution result in a media type: errors as the masking
         policy left them (app.pipeline), the status their outcome calls for (401, 429, 503, 504)."""
-        from app import http
-        from app.pipeline import outcome_status, retry_after
-
         errors = [self.format_error(e) for e in result.errors or []]
         status = outcome_status(errors) if errors else None
         if status is None:
@@ -183,8 +180,6 @@ class App:
     def format_error(self, error: GraphQLError) -> dict[str, Any]:
         """An error as sent: the masking policy's (applied once, by the schema) or, for an error made
         outside execution, the same policy applied here."""
-        from app.pipeline import masked
-
         formatted = masked(error, self.settings.statement_timeout_ms, self.settings.production).formatted
         return cast("dict[str, Any]", formatted)  # a TypedDict, read as the dict it is
 
