@@ -14,8 +14,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from isal import isal_zlib
-from starlette.datastructures import Headers
-from starlette.middleware.gzip import GZipMiddleware, GZipResponder
+from starlette.middleware.gzip import GZipMiddleware, GZipResponder, IdentityResponder
 from starlette.types import Receive, Scope, Send
 
 GZIP_MINIMUM = 1000  # bytes: smaller answers are sent as they are
@@ -43,10 +42,15 @@ class GZip(GZipMiddleware):
                          thread_minimum_size=INLINE_MAXIMUM, exclude_content_types=EXCLUDED)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and "gzip" in Headers(scope=scope).get("Accept-Encoding", ""):
+        """As GZipMiddleware decides (its responders), reading Accept-Encoding once from the raw headers."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        responder: IdentityResponder
+        if b"gzip" in next((v for k, v in scope["headers"] if k == b"accept-encoding"), b""):
             responder = _IsalResponder(self.app, self.minimum_size, compresslevel=self.compresslevel,
                                        thread_minimum_size=self.thread_minimum_size,
                                        exclude_content_types=self.exclude_content_types)
-            await responder(scope, receive, send)
         else:
-            await super().__call__(scope, receive, send)
+            responder = IdentityResponder(self.app, self.minimum_size, exclude_content_types=self.exclude_content_types)
+        await responder(scope, receive, send)

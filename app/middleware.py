@@ -200,7 +200,7 @@ class BodyLimitAndCancelOnDisconnect:
             if not delivered:
                 delivered = True
                 return {"type": "http.request", "body": body, "more_body": False}
-            await watch.gone.wait()
+            await watch.gone().wait()
             return {"type": "http.disconnect"}
 
         async def send_tracked(message: Message) -> None:
@@ -233,11 +233,11 @@ class _Watch:
     """The watch for a client's going away (BodyLimitAndCancelOnDisconnect): one task reading the
     connection's next message; a disconnect before the response is finished cancels the request's task."""
 
-    __slots__ = ("task", "gone", "left", "started", "finished", "reader")
+    __slots__ = ("task", "_gone", "left", "started", "finished", "reader")
 
     def __init__(self, receive: Receive, task: asyncio.Task[Any]) -> None:
         self.task = task
-        self.gone = asyncio.Event()
+        self._gone: asyncio.Event | None = None  # made when the handler first waits for the client's leaving
         self.left = False  # the watch cancelled the task
         self.started = False  # the response's start went out
         self.finished = False  # the whole response went out
@@ -247,10 +247,16 @@ class _Watch:
     def _read(self, reader: asyncio.Task[Message]) -> None:
         if reader.cancelled() or reader.exception() is not None or reader.result()["type"] != "http.disconnect":
             return
-        self.gone.set()
+        self.gone().set()
         if not self.finished:  # once the answer is out, the handler's last steps (settling, release) run on
             self.left = True
             self.task.cancel()
+
+    def gone(self) -> asyncio.Event:
+        """Set once the client has gone away."""
+        if self._gone is None:
+            self._gone = asyncio.Event()
+        return self._gone
 
     def stop(self) -> None:
         if not self.reader.done():
