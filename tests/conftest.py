@@ -361,6 +361,17 @@ WIDE_TREE = "7000.00000"
 NARROW_TREE = "6000.00000"
 
 
+async def within_one_budget_hour(seconds: float) -> None:
+    """Budgets are per clock hour (app.governor): a test that compares a client's points over about `seconds`
+    starts after the hour's end when fewer than `seconds` are left of it, so it reads one budget throughout
+    (a test that read points before and after 09:00 saw the new hour's count, not its own charges)."""
+    import time
+
+    left = 3600 - time.time() % 3600
+    if left < seconds:
+        await asyncio.sleep(left + 1)
+
+
 def free_port() -> int:
     import socket
 

@@ -16,7 +16,7 @@ import pytest_asyncio
 
 from app.limits import MAX_COMPARISONS, MAX_FIELDS
 from app.settings import Settings
-from tests.conftest import LiveServer, serve
+from tests.conftest import LiveServer, serve, within_one_budget_hour
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -290,6 +290,7 @@ async def test_a_worker_takes_the_interpreter_back_from_its_reader_thread_within
 
 
 async def test_every_refused_document_is_charged_and_an_exhausted_client_is_refused_before_parsing(budgeted):
+    await within_one_budget_hour(60)
     client = budgeted.client
     first = await client.post("/graphql", json={"query": "{ __typename }"})
     assert first.status_code == 200
@@ -322,6 +323,7 @@ async def test_every_refused_document_is_charged_and_an_exhausted_client_is_refu
 async def test_requests_refused_before_any_operation_are_charged_too(empty_database, statements):
     """A body that is not JSON, one over the limit, a media type or an Accept not served, a query string over its
     limit: each costs its client a point, as a refused document does; over budget, 429 before the body is read."""
+    await within_one_budget_hour(60)
     from app.limits import MAX_BODY_BYTES, MAX_QUERY_STRING_BYTES
 
     settings = Settings(database_url=empty_database, production=True, introspection=False, graphiql=False,
@@ -539,6 +541,7 @@ async def test_what_the_text_alone_refuses_is_what_parsing_or_the_shape_check_re
 
 
 async def test_a_document_the_text_refuses_is_never_parsed_and_is_charged(budgeted):
+    await within_one_budget_hour(60)
     from app import cost
     from app.shape import TextRefused
 

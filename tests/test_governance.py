@@ -22,7 +22,7 @@ import websockets
 from app.limits import MAX_COST, MAX_WEBSOCKETS_PER_CLIENT
 from app.settings import Settings
 from tests.conftest import (SEED, LiveServer, StatementLog, assert_settled, drop_database, most_cited, serve,
-                            synthetic_database)
+                            synthetic_database, within_one_budget_hour)
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -197,6 +197,7 @@ RATE = "{ rateLimit { limit cost remaining used resetAt } __typename }"
 
 
 async def test_budgets_per_key_rate_limit_headers_429_and_401(synth):
+    await within_one_budget_hour(90)
     small, large = new_key(synth, "small", 5), new_key(synth, "large", 1000)
     conn = await asyncpg.connect(synth)
     try:

@@ -18,7 +18,7 @@ import pytest_asyncio
 
 from app.governor import Pace
 from app.settings import Settings
-from tests.conftest import LiveServer, serve
+from tests.conftest import LiveServer, serve, within_one_budget_hour
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -104,6 +104,7 @@ async def test_a_client_past_its_pace_is_refused_before_its_request_is_read_and_
 
 
 async def test_each_refusal_costs_a_point(paced):
+    await within_one_budget_hour(60)
     client = paced.client
     left = []
     for _ in range(BURST + 6):
