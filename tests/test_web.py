@@ -213,6 +213,23 @@ async def test_etags_and_304_on_records_and_pages(served):
         assert other.status_code == 200
 
 
+async def test_a_page_in_json_and_in_html_is_two_answers_to_caches(served):
+    """A page that answers JSON or HTML by Accept says so to caches (Vary: Accept, the same caching rule for both),
+    and each representation has its own validator: the HTML's ETag does not revalidate the JSON."""
+    html = await served.client.get("/paper/2402.15627", params={"as_of": AUG9_AS_OF}, headers={"accept": "text/html"})
+    as_json = await served.client.get("/paper/2402.15627", params={"as_of": AUG9_AS_OF},
+                                      headers={"accept": "application/json"})
+    assert html.headers["etag"] != as_json.headers["etag"]
+    crossed = await served.client.get("/paper/2402.15627", params={"as_of": AUG9_AS_OF},
+                                      headers={"accept": "application/json", "if-none-match": html.headers["etag"]})
+    assert crossed.status_code == 200 and crossed.json()["paper"]["arxiv_id"] == "2402.15627"
+    for accept in ("text/html", "application/json"):
+        evidence = await served.client.get("/evidence", headers={"accept": accept})
+        assert evidence.status_code == 200, evidence.text[:200]
+        assert "accept" in evidence.headers["vary"].lower(), evidence.headers
+        assert evidence.headers["cache-control"] == "public, max-age=60", evidence.headers
+
+
 async def test_gzip_for_large_responses(served):
     response = await served.client.get("/paper/2402.15627/citation-record.json", params={"as_of": AUG9_AS_OF},
                                        headers={"accept-encoding": "gzip"})

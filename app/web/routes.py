@@ -246,8 +246,9 @@ def routes(app: Any) -> list:  # app.state.App
             "record": {"context_digest": document["context_digest"], "thesis": document["thesis"]},
             "links": {**document["links"], "graphql": graphiql_link(p["arxiv_id"])},
         }
-        etag = etag_of("paper", TEMPLATE_VERSION, document["context_digest"], as_of)
-        if not wants_html(request):
+        html = wants_html(request)  # each representation its own validator (a 304 names the one the cache holds)
+        etag = etag_of("paper", "html" if html else "json", TEMPLATE_VERSION, document["context_digest"], as_of)
+        if not html:
             return cached(request, etag, lambda: JSONResponse(summary), pinned)
         q = "?" + urlencode({"as_of": as_of})
         measurements = "".join(f"<li>{m['count']} from {escape(m['source'])}, observed {time_tag(m['observed_at'])}</li>"
@@ -330,8 +331,9 @@ retracted, with the source and time of every fact. Every record is a canonical, 
         listed = [{**s, "latest_observed_at": record.z_time(s["latest_observed_at"])} for s in sources]
         payload = {"as_of": record.as_of_text(as_of), "synthetic": any(s["synthetic"] for s in listed),
                    "sources": listed}
+        headers = {"Cache-Control": cache_control(False), "Vary": "Accept"}  # JSON or HTML by Accept: both kept alike
         if not wants_html(request):
-            return JSONResponse(payload, headers={"Cache-Control": cache_control(False)})
+            return JSONResponse(payload, headers=headers)
         rows = "".join(f"<tr><td>{escape(s['role'])}</td><td><code>{escape(s['source'])}</code></td><td>{s['kind']}</td>"
                        f"<td>{time_tag(s['latest_observed_at'])}</td><td>{s['facts']}</td></tr>" for s in listed)
         synthetic = [s["source"] for s in listed if s["synthetic"]]
@@ -343,7 +345,7 @@ retracted, with the source and time of every fact. Every record is a canonical, 
                 "observed.</p>"
                 f"<div class=\"table-wrap\" tabindex=\"0\" role=\"region\" aria-label=\"Sources\"><table><thead><tr><th>Role</th><th>Source</th><th>Kind</th><th>Latest observation</th>"
                 f"<th>Facts</th></tr></thead><tbody>{rows}</tbody></table></div>")
-        return HTMLResponse(page("Evidence", body))
+        return HTMLResponse(page("Evidence", body), headers=headers)
 
     async def neighbourhood_export(request: Request) -> Response:
         from starlette.responses import StreamingResponse
