@@ -152,7 +152,7 @@ async def test_a_request_stuck_on_a_lock_ends_at_the_deadline_and_leaves_no_tran
             tx = locker.transaction()
             await tx.start()
             await locker.execute("LOCK TABLE paper_snapshots IN ACCESS EXCLUSIVE MODE")
-            for payload in (lookup, ordinary):  # the prepared path, then the whole pipeline
+            for payload in (lookup, ordinary):  # a plan, then the whole pipeline
                 started = time.monotonic()
                 response = await s.client.post("/graphql", json=payload)
                 elapsed = time.monotonic() - started
@@ -418,7 +418,7 @@ async def test_a_database_failure_reaches_every_transport_masked_with_the_reques
         # The table every read needs goes away under the running server: nothing the code expects.
         await conn.execute("ALTER TABLE paper_snapshots RENAME TO paper_snapshots_gone")
         async with httpx.AsyncClient(base_url=server.base) as client:
-            for query in (record, lookup, lookup):  # the pipeline, the compiled path, the prepared path
+            for query in (record, lookup, lookup):  # the pipeline, the compiled statement, a plan
                 response = await client.post("/graphql", json={"query": query})
                 assert response.status_code == 503, response.text
                 seen.append((response.headers["x-request-id"], response.json()["errors"][0]))
