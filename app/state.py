@@ -20,6 +20,7 @@ from app.context import Context
 from app.cost import DataScale
 from app.db.pool import Session, acquire_by_deadline, connect, connection
 from app.governor import Client, Governor, parse_networks
+from app.graphql.plan import Plans
 from app.live import LIVE_ACQUIRE_SECONDS, Hub, live_session
 from app.logs import note
 from app.persisted import PersistedDocuments, load_manifest
@@ -61,8 +62,6 @@ class App:
                                  heavy_locks=settings.heavy_locks)
         manifest = load_manifest(settings.persisted_documents) if settings.persisted_documents else None
         self.persisted = PersistedDocuments(manifest, only=settings.persisted_only)
-        from app.graphql.plan import Plans
-
         self.plans = Plans()  # the plan cache (app.graphql.plan)
         self.waiting = 0  # sessions waiting for a pool connection (the metrics' waiting state)
 

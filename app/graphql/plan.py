@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import orjson
 from graphql import GraphQLError, OperationDefinitionNode, located_error
@@ -45,9 +45,6 @@ from app.governor import Client, RateLimited, Unauthenticated
 from app.limits import MAX_TOKENS, MAX_VARIABLES_BYTES
 from app.pipeline import cost_extension, masked, report, settle
 from app.timeparse import answered_as_of, is_pinned, now_as_of
-
-if TYPE_CHECKING:
-    from app.state import App
 
 _MAX_PREPARED = 1024
 ACQUIRE_TIMEOUT = 5.0  # as a request's session waits for a connection
@@ -145,7 +142,21 @@ class Plans:
 
 
 
-async def answered(state: App, request: Request, client: Client) -> Response | None:
+class State(Protocol):
+    """What a plan reads of the application's state (app.state.App, which holds the plan cache itself)."""
+
+    plans: Plans
+    settings: Any
+    governor: Any
+    schema: Any
+    scale: Any
+
+    def read_pool(self) -> Any: ...
+
+    def respond(self, result: Any, media: str | None) -> Response: ...
+
+
+async def answered(state: State, request: Request, client: Client) -> Response | None:
     """The response to a POST from its document's plan, or None (nothing sent) for the pipeline to answer it.
     The view has identified the client, refused it when over budget, and bounds this by the deadline."""
     media = _media_type(request)
@@ -234,7 +245,7 @@ def _media_type(request: Request) -> str | None:
     return _MEDIA[accept]
 
 
-def _planned(state: App, body: bytes) -> tuple[Compiled, list[Any], list[bool], Price, str | None] | None:
+def _planned(state: State, body: bytes) -> tuple[Compiled, list[Any], list[bool], Price, str | None] | None:
     """The planned statement and its arguments for this body, or None when the pipeline must answer."""
     try:
         params = http.GraphQLParams.of(orjson.loads(body), MAX_VARIABLES_BYTES, len(body))
@@ -269,7 +280,7 @@ def _planned(state: App, body: bytes) -> tuple[Compiled, list[Any], list[bool], 
     return plan.compiled, given[0], given[1], price, name
 
 
-def _told(state: App, operation: str | None, result: ExecutionResult, statements: int, actual: int | None,
+def _told(state: State, operation: str | None, result: ExecutionResult, statements: int, actual: int | None,
           points: int, started: float) -> None:
     """Counted and told (metrics, the access line) as the pipeline tells an operation's end."""
     state.plans.answered += 1
