@@ -39,15 +39,14 @@ from strawberry.types import ExecutionResult
 from app import http, metrics
 from app.compiled import Compiled, answer, arguments, compiled_for
 from app.cost import Price, _parsed, actual_units, document_parts, operation_price, refusal
-from app.db.pool import StatementTimeout
+from app.db.pool import ACQUIRE_SECONDS, DeadlinePassed, StatementTimeout, acquire_timeout
 from app.errors import deadline_error
 from app.governor import Client, RateLimited, Unauthenticated
 from app.limits import MAX_TOKENS, MAX_VARIABLES_BYTES
 from app.pipeline import cost_extension, masked, report, settle
 from app.timeparse import answered_as_of, is_pinned, now_as_of
 
-_MAX_PREPARED = 1024
-ACQUIRE_TIMEOUT = 5.0  # as a request's session waits for a connection
+_MAX_PLANS = 1024
 
 
 @dataclass(frozen=True)
@@ -134,12 +133,10 @@ class Plans:
         compiled = compiled_for(operations[0], fragments)
         if compiled is None:
             return
-        if len(self.table) >= _MAX_PREPARED:
+        if len(self.table) >= _MAX_PLANS:
             self.table.clear()
         self.table[(query, operation_name)] = Plan(document, operations[0], compiled,
-                                                       _variable_plan(schema, operations[0]))
-
-
+                                                   _variable_plan(schema, operations[0]))
 
 
 class State(Protocol):
@@ -191,13 +188,16 @@ async def answered(state: State, request: Request, client: Client) -> Response |
     # One statement without a transaction: its timeout is asyncpg's timer (cancelled in PostgreSQL).
     deadline = min(settings.request_timeout or float("inf"), settings.statement_timeout_ms / 1000)
     try:
-        # With a connection idle the pool hands it over at once; only a wait for one needs the bound
-        # (asyncpg's acquire timeout costs a twentieth of a small answer).
-        wait = None if pool.get_idle_size() else min(ACQUIRE_TIMEOUT, deadline or ACQUIRE_TIMEOUT)
+        # With a connection idle the pool hands it over at once; only a wait for one needs the bound, the one
+        # every request's wait has (app.db.pool.acquire_timeout: never past the request's deadline); asyncpg's
+        # acquire timeout costs a twentieth of a small answer.
+        wait = None if pool.get_idle_size() else acquire_timeout(min(ACQUIRE_SECONDS, deadline))
         async with pool.acquire(timeout=wait) as conn:
             statements = 1
             rows = await conn.fetch(compiled.sql, *args, timeout=deadline)
         result = ExecutionResult(data=answer(compiled, rows, afters), errors=None)
+    except DeadlinePassed:  # the request's deadline passed before a connection was free
+        result = ExecutionResult(data=None, errors=[deadline_error(settings.request_timeout or 0)])
     except TimeoutError:
         if settings.request_timeout is not None and deadline >= settings.request_timeout:
             result = ExecutionResult(data=None, errors=[deadline_error(settings.request_timeout)])

@@ -200,9 +200,6 @@ class GraphQLView(StrawberryGraphQL[Context, None]):
         if refused is not None:
             media = http.response_media_type(request.headers.get("accept")) or http.GRAPHQL_RESPONSE
             response = self.state.respond(ExecutionResult(data=None, errors=[refused]), media)
-        elif request.method == "POST" and self.state.plans.table and self.state.settings.prepared_fast_path and (
-                planned := await plan.answered(self.state, request, client)) is not None:
-            response = planned  # a plan bounds itself: admission within the deadline, the statement's timeout
         else:
             response = await self._bounded(request)
         response.raw_headers += rate_limit_headers(self.state.governor.status(client))  # no answer has them yet
@@ -233,6 +230,10 @@ class GraphQLView(StrawberryGraphQL[Context, None]):
             await self.state.charge_refusal(request.scope)
             return http.transport_error(413, f"query string is larger than {MAX_QUERY_STRING_BYTES} bytes; "
                                              "POST large queries", "PAYLOAD_TOO_LARGE")
+        if request.method == "POST" and self.state.plans.table and self.state.settings.prepared_fast_path:
+            planned = await plan.answered(self.state, request, request.scope["pith.client"])
+            if planned is not None:
+                return planned
         try:
             return await self.run(request)
         except Answer as exc:
