@@ -7,6 +7,7 @@ only be slower; so pith / PostGraphile can be no better than ceiling / PostGraph
 pith / ceiling says how much of the gap is ours rather than the stack's.
 
     DATABASE_URL=... python bench/ceiling.py --port 8123
+    python bench/ceiling.py --port 8123 --constant   # no database: a fixed answer (bench/stack.py)
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ async def _no_reset(conn: asyncpg.Connection) -> None:
 
 
 class Ceiling:
-    def __init__(self, url: str) -> None:
-        self.url = url
+    def __init__(self, url: str | None) -> None:
+        self.url = url  # None: no database, every request answered with one fixed document
         self.pool: asyncpg.Pool | None = None
 
     async def __call__(self, scope, receive, send) -> None:
@@ -38,10 +39,12 @@ class Ceiling:
                 if message["type"] == "lifespan.startup":
                     # No reset on release: asyncpg's default sends RESET ALL, UNLISTEN * ... (a round
                     # trip per request) for state this app never sets.
-                    self.pool = await asyncpg.create_pool(self.url, min_size=4, max_size=16, reset=_no_reset)
+                    if self.url is not None:
+                        self.pool = await asyncpg.create_pool(self.url, min_size=4, max_size=16, reset=_no_reset)
                     await send({"type": "lifespan.startup.complete"})
                 elif message["type"] == "lifespan.shutdown":
-                    await self.pool.close()
+                    if self.pool is not None:
+                        await self.pool.close()
                     await send({"type": "lifespan.shutdown.complete"})
                     return
         body = b""
@@ -50,14 +53,23 @@ class Ceiling:
             body += message.get("body", b"")
             if not message.get("more_body"):
                 break
+        if self.pool is None:
+            await _answer(send, CONSTANT)
+            return
         variables = orjson.loads(body)["variables"]
         at = datetime.fromisoformat(variables["at"].replace("Z", "+00:00"))
         async with self.pool.acquire() as conn:
             title = await conn.fetchval(TITLE, variables["id"], at)
-        answer = orjson.dumps({"data": {"paper": {"title": title} if title is not None else None}})
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(answer)).encode())]})
-        await send({"type": "http.response.body", "body": answer})
+        await _answer(send, orjson.dumps({"data": {"paper": {"title": title} if title is not None else None}}))
+
+
+CONSTANT = orjson.dumps({"status": "ok"})
+
+
+async def _answer(send, answer: bytes) -> None:
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(answer)).encode())]})
+    await send({"type": "http.response.body", "body": answer})
 
 
 def main() -> None:
@@ -65,9 +77,11 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--constant", action="store_true",
+                        help="no database: answer every request with a fixed document")
     args = parser.parse_args()
-    uvicorn.run(Ceiling(os.environ["DATABASE_URL"]), host="127.0.0.1", port=args.port, log_config=None,
-                log_level="warning", access_log=False, timeout_keep_alive=75)
+    uvicorn.run(Ceiling(None if args.constant else os.environ["DATABASE_URL"]), host="127.0.0.1", port=args.port,
+                log_config=None, log_level="warning", access_log=False, timeout_keep_alive=75)
 
 
 if __name__ == "__main__":
