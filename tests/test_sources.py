@@ -580,6 +580,9 @@ async def test_a_broken_file_stores_nothing_and_says_where(seeded, tmp_path):
     assert await facts(url) == before
     wrong = pith("import", "crossref", "--observed-at", "yesterday", good, url=url)
     assert wrong.returncode == 2 and "--observed-at" in wrong.stderr.decode()
+    ahead = pith("import", "crossref", "--observed-at", "2999-01-01T00:00:00Z", good, url=url)  # a typo'd year
+    assert ahead.returncode == 2 and "later than now" in ahead.stderr.decode(), ahead.stderr.decode()
+    assert await facts(url) == before
 
 
 async def test_standard_input_and_work_lookup_refusals(seeded):

@@ -1452,8 +1452,17 @@ def looks_like_xml(stream: IO[bytes]) -> bool:
 
 
 def instant(value: str | None) -> datetime:
-    from app.timeparse import now_as_of, parse_as_of
+    """When a source was looked at: the instant given (never later than now: a fact dated ahead of the clock
+    would surface on its own, unasked, when the clock reaches it), or now."""
+    from app.timeparse import BadInput, now_as_of, parse_as_of
 
-    return parse_as_of(value) if value else now_as_of()
+    now = now_as_of()
+    if not value:
+        return now
+    at = parse_as_of(value)
+    if at > now:
+        raise BadInput(f"{value} is later than now ({now:%Y-%m-%dT%H:%M:%SZ}): give when the source was looked at, "
+                       "at or before now")
+    return at
 
 
