@@ -605,7 +605,8 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("source", choices=SOURCES)
     source.add_argument("paths", nargs="+", metavar="FILE", help="files (gzipped or not), or - for standard input")
     source.add_argument("--observed-at", help="when the source was looked at, e.g. 2026-08-05T00:00:00Z "
-                                              "(default: now; never later than now); nothing of the import is visible before it")
+                                              "(default: now; never later than now); nothing of the import is "
+                                              "visible before it")
     source.add_argument("--partial", action="store_true",
                         help="the file is an excerpt: retraction-watch, not the whole database (no receipt for the "
                              "others); opencitations, not the whole index (citations, no count of them)")
