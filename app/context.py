@@ -23,6 +23,7 @@ class Context:
     client: Any = None  # app.governor.Client: who asks (None in-process: priced, not governed)
     governor: Any = None  # app.governor.Governor
     ticket: Any = None  # the admitted operation's charge (app.governor.Ticket)
+    event_price: Any = None  # a subscription's: the price of each event (its selection), admitted per event
     deadline_seconds: float | None = None  # PITH_REQUEST_TIMEOUT; None: no deadline
     deadline_at: float | None = None  # the event loop's clock when it passes
     connection_params: Any = None  # a WebSocket's connection_init payload (Strawberry sets it)

@@ -515,10 +515,16 @@ class RequestPipeline(SchemaExtension):
                 if session is not None and session.statements == 0:
                     single, _ = _plan(ctx.schema._schema, document, ctx.operation_name, compiled)
                     session.single_statement = single
+        # (Strawberry's OperationType, whose value graphql-core's shares)
+        subscription = document is not None and ctx.operation_type.value == OperationType.SUBSCRIPTION.value
         if error is not None:
             ctx.result = ExecutionResult(data=None, errors=[error])
             if ticket is None and error.extensions.get("code") != "RATE_LIMITED":
                 await self.charge_refused()
+            if subscription:  # Strawberry subscribes whatever result this sets: refused by raising, answered as
+                raise error  # an error raised here (one result with it, then the stream ends), on every transport
+        elif subscription:  # each event is priced as its selection and admitted as a query of it (app.types.live)
+            context.event_price = self.price
         try:
             yield
         finally:

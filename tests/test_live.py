@@ -562,3 +562,102 @@ async def test_subscriptions_and_key_checks_do_not_wait_on_a_request_pool_held_b
         await locker.close()
         await conn.close()
         server.stop()
+
+
+COSTLY = """subscription($id: String!) { citationAdded(arxivId: $id) { cursor observation { citedPaper {
+  inbound(first: 100) { nodes { citingPaper { outbound(first: 100) { nodes { citedPaper {
+  inbound(first: 100) { nodes { referenceIndex } } } } } } } } } } } }"""
+PRICED = """subscription($id: String!) { citationAdded(arxivId: $id) { cursor observation { citedPaper {
+  inbound(first: 100) { totalCount nodes { referenceIndex citingPaper { title } } } } } } }"""
+
+
+async def _first_error_or_events(url: str, protocol: str, query: str, headers: dict, events: list,
+                                 until: asyncio.Event | None = None) -> dict | None:
+    """Subscribe over a WebSocket protocol; collect events until `until` is set or an error comes (returned)."""
+    async with websockets.connect(url, subprotocols=[protocol], additional_headers=headers) as ws:
+        await ws.send(json.dumps({"type": "connection_init"}))
+        assert json.loads(await ws.recv())["type"] == "connection_ack"
+        start = "subscribe" if protocol == "graphql-transport-ws" else "start"
+        await ws.send(json.dumps({"id": "1", "type": start, "payload": {"query": query, "variables": {"id": PAPER}}}))
+        while until is None or not until.is_set():
+            try:
+                message = json.loads(await asyncio.wait_for(ws.recv(), 0.2 if until is not None else 10))
+            except TimeoutError:
+                if until is None:
+                    raise AssertionError(f"{protocol}: no message in 10 s") from None
+                continue
+            if message["type"] in ("next", "data"):
+                if message["payload"].get("errors"):
+                    return message["payload"]
+                events.append(message["payload"])
+            elif message["type"] == "error":
+                payload = message["payload"]
+                return {"errors": payload if isinstance(payload, list) else [payload]}
+            elif message["type"] == "complete":
+                return None
+    return None
+
+
+async def test_subscriptions_are_priced_refused_over_the_limit_and_charged_per_event(empty_database):
+    """A subscription's selection is priced as a query of it: over the limit it is refused as it starts, on
+    every transport; each event is admitted at that price, its points charged to the client's hour, and a
+    client whose hour is spent sees its subscription end with RATE_LIMITED and where to resume."""
+    from tests.test_governance import RATE, new_key, within_one_budget_hour
+
+    await within_one_budget_hour(120)
+    conn = await asyncpg.connect(empty_database)
+    try:
+        await load_file(conn, str(SEED))
+    finally:
+        await conn.close()
+    funded, small = new_key(empty_database, "funded", 10_000), new_key(empty_database, "small", 12)
+    server = LiveServer(empty_database)
+    ws_url = server.base.replace("http://", "ws://") + "/graphql"
+    try:
+        refusals = []
+        for protocol in ("graphql-transport-ws", "graphql-ws"):
+            refusals.append(await _first_error_or_events(ws_url, protocol, COSTLY, {}, []))
+        async with httpx.AsyncClient(base_url=server.base, timeout=30) as client:
+            async with client.stream("POST", "/graphql", json={"query": COSTLY, "variables": {"id": PAPER}},
+                                     headers={"accept": "text/event-stream"}) as response:
+                async for line in response.aiter_lines():
+                    if line.startswith("data:") and "errors" in line:
+                        refusals.append(json.loads(line[5:]))
+                        break
+        assert len(refusals) == 3, refusals
+        for refused in refusals:
+            assert refused["errors"][0]["extensions"]["code"] == "QUERY_TOO_COSTLY", refused
+            assert "limit" in refused["errors"][0]["message"], refused
+
+        async def remaining(key: str) -> int:
+            async with httpx.AsyncClient(base_url=server.base) as client:
+                answer = await client.post("/graphql", json={"query": RATE}, headers={"authorization": f"Bearer {key}"})
+                return answer.json()["data"]["rateLimit"]["remaining"]
+
+        before = await remaining(funded)
+        events: list[dict] = []
+        done = asyncio.Event()
+        listening = asyncio.create_task(_first_error_or_events(
+            ws_url, "graphql-transport-ws", PRICED, {"authorization": f"Bearer {funded}"}, events, done))
+        limited: list[dict] = []
+        spent = asyncio.create_task(_first_error_or_events(
+            ws_url, "graphql-transport-ws", PRICED, {"authorization": f"Bearer {small}"}, limited))
+        await asyncio.sleep(0.5)
+        await load_in_another_process(empty_database, AUG9)
+        deadline = time.monotonic() + 15
+        while len(events) < 6 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        done.set()
+        assert await listening is None and len(events) == 6, events
+        points = events[0]["extensions"]["cost"]["points"]
+        assert points >= 2 and all(e["extensions"]["cost"]["points"] == points for e in events), events
+        # The six events cost their points; the two RATE queries one each; the subscription's start its reading.
+        assert before - await remaining(funded) >= 6 * points + 1
+        ended = await asyncio.wait_for(spent, 15)
+        assert ended is not None, limited
+        error = ended["errors"][0]
+        assert error["extensions"]["code"] == "RATE_LIMITED" and error["extensions"]["retryAfter"] >= 1, error
+        assert "resubscribe with after" in error["message"] and error["extensions"]["after"], error
+        assert 1 <= len(limited) < 6, limited
+    finally:
+        server.stop()

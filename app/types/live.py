@@ -191,18 +191,49 @@ async def _splice(context: Any, row: Any, found: Any) -> tuple[str | None, int]:
 
 
 async def _in_session(info: Info, rows: AsyncGenerator[Any, None], build) -> AsyncGenerator[Any, None]:
-    """Resolve each row in a session of its own, released after the event has been sent."""
+    """Resolve each row in a session of its own, released after the event has been sent; each event admitted
+    as a query of the subscription's selection would be (_admitted), its slots held until it has been sent."""
     context = info.context
     try:
         async for row in rows:
-            event = await _resolved(context, row, build)
+            ticket = await _admitted(context, row)
             try:
-                if event is not None:
-                    yield event
+                event = await _resolved(context, row, build)
+                try:
+                    if event is not None:
+                        yield event
+                finally:
+                    await context.session.close()
             finally:
-                await context.session.close()
+                if ticket is not None:
+                    context.governor.settle(ticket, None)
     finally:
         await rows.aclose()
+
+
+async def _admitted(context: Any, row: Any) -> Any:
+    """An event's admission at the subscription's price (app.pipeline set it as the operation began): its
+    points charged to the client's hour, and the slots its work needs, within the event's deadline. A client
+    over budget, or no slot in time, ends the subscription with the cursor just before this event (resume
+    with `after` once the hour allows)."""
+    from app.governor import RateLimited
+
+    price, governor, client = context.event_price, context.governor, context.client
+    if price is None or governor is None or client is None:
+        return None  # in-process execution: priced, not governed
+    context.restart_deadline()
+    try:
+        return await governor.admit(client, price.points, price.units, None, context.remaining())
+    except RateLimited as exc:
+        status = exc.status
+        error = SubscriptionError(f"{exc} (each event costs {price.points} points, the price of its selection)",
+                                  "RATE_LIMITED", after=row["position"] - 1)
+        error.extensions.update(cost=exc.cost, limit=status.limit, remaining=status.remaining,
+                                resetAt=status.reset_text, retryAfter=status.retry_after)
+        raise error from None
+    except TimeoutError:
+        raise SubscriptionError("no capacity for this event's work within its deadline", "TIMEOUT",
+                                after=row["position"] - 1) from None
 
 
 def _unavailable() -> tuple[type[BaseException], ...]:
