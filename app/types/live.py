@@ -35,8 +35,8 @@ log = logging.getLogger("pith.live")
 
 
 class SubscriptionError(GraphQLError):
-    def __init__(self, message: str, code: str = "BAD_USER_INPUT", after: int | None = None) -> None:
-        extensions: dict[str, Any] = {"code": code}
+    def __init__(self, message: str, code: str = "BAD_USER_INPUT", after: int | None = None, **more: Any) -> None:
+        extensions: dict[str, Any] = {"code": code, **more}
         if after is not None:  # a subscription that ended early: where to resume it
             extensions["after"] = encode_cursor(after)
             message = f"{message}; resubscribe with after: {extensions['after']}"
@@ -226,11 +226,10 @@ async def _admitted(context: Any, row: Any) -> Any:
         return await governor.admit(client, price.points, price.units, None, context.remaining())
     except RateLimited as exc:
         status = exc.status
-        error = SubscriptionError(f"{exc} (each event costs {price.points} points, the price of its selection)",
-                                  "RATE_LIMITED", after=row["position"] - 1)
-        error.extensions.update(cost=exc.cost, limit=status.limit, remaining=status.remaining,
-                                resetAt=status.reset_text, retryAfter=status.retry_after)
-        raise error from None
+        raise SubscriptionError(f"{exc} (each event costs {price.points} points, the price of its selection)",
+                                "RATE_LIMITED", after=row["position"] - 1, cost=exc.cost, limit=status.limit,
+                                remaining=status.remaining, resetAt=status.reset_text,
+                                retryAfter=status.retry_after) from None
     except TimeoutError:
         raise SubscriptionError("no capacity for this event's work within its deadline", "TIMEOUT",
                                 after=row["position"] - 1) from None
