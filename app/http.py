@@ -130,6 +130,24 @@ def transport_error(status: int, message: str, code: str, media: str | None = JS
     return graphql_response({"errors": [error_entry(message, code)]}, status, media, headers)
 
 
+def _int(text: str) -> int | float:
+    """A JSON integer: past Python's 4,300 digits (which int() refuses with a ValueError no JSON reader
+    expects), an infinity, which no GraphQL Int or Float accepts: the variable's coercion says so."""
+    if len(text) <= 4300:
+        return int(text)
+    return float("-inf") if text.startswith("-") else float("inf")
+
+
+def loads(data: str | bytes) -> Any:
+    """A request's JSON (an HTTP body, a WebSocket message): JSONDecodeError, saying why, for anything it
+    cannot read, nesting too deep included."""
+    try:
+        return json.loads(data, parse_int=_int)
+    except RecursionError:
+        text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+        raise json.JSONDecodeError("objects and arrays nest too deeply to read", text, 0) from None
+
+
 class BadRequest(Exception):
     def __init__(self, message: str, status: int = 400, code: str = "BAD_REQUEST") -> None:
         self.message, self.status, self.code = message, status, code

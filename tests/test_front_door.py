@@ -403,7 +403,10 @@ async def test_malformed_websocket_operations_and_clients_that_leave_early_log_n
     import websockets
 
     bad = [{"id": "1", "payload": None}, {"id": "2", "payload": []}, {"id": ["3"], "payload": {"query": "{ a }"}},
-           {"id": "4", "payload": {"query": 5}}, {"id": "5", "payload": {"query": "{ a }", "variables": "x"}}]
+           {"id": "4", "payload": {"query": 5}}, {"id": "5", "payload": {"query": "{ a }", "variables": "x"}},
+           {"id": "6", "payload": {}}, {"id": "7", "payload": {"extensions": {"persistedQuery": {"version": 1}}}}]
+    # Messages that are not an operation's at all: not an object, no type, a stop without its id.
+    envelopes = ["[]", "5", "{}", '{"type": null}', '"text"']
     server = LiveServer(empty_database, env={"PITH_ENV": "production"})
     url = server.base.replace("http", "ws") + "/graphql"
 
@@ -426,6 +429,34 @@ async def test_malformed_websocket_operations_and_clients_that_leave_early_log_n
                 while (answer := json.loads(await ws.recv()))["type"] == "ka":
                     pass
             assert answer["type"] == "error" and answer["payload"]["message"], (message, answer)
+            await ws.close()
+        for raw in envelopes:
+            ws = await opened("graphql-transport-ws")
+            await ws.send(raw)
+            with pytest.raises(websockets.ConnectionClosed) as closed:
+                await asyncio.wait_for(ws.recv(), 30)
+            assert closed.value.rcvd.code == 4400 and closed.value.rcvd.reason, (raw, closed.value.rcvd)
+            ws = await opened("graphql-ws")
+            for message in (raw, '{"type": "stop"}'):
+                await ws.send(message)
+                async with asyncio.timeout(30):
+                    while (answer := json.loads(await ws.recv()))["type"] == "ka":
+                        pass
+                assert answer["type"] == "connection_error" and answer["payload"]["message"], (message, answer)
+            await ws.close()
+        # A number past 4,300 digits (int() refuses it) in the variables: the variable's refusal, both protocols.
+        huge = '{"id": "h", "type": "%s", "payload": {"query": "subscription($n: String!) { citationAdded(arxivId: $n) { cursor } }", ' \
+               '"variables": {"n": ' \
+               + "9" * 4301 + "}}}"
+        for protocol, start in (("graphql-transport-ws", "subscribe"), ("graphql-ws", "start")):
+            ws = await opened(protocol)
+            await ws.send(huge % start)
+            async with asyncio.timeout(30):
+                while (answer := json.loads(await ws.recv()))["type"] == "ka":
+                    pass
+            payload = answer["payload"]
+            error = (payload if isinstance(payload, list) else payload.get("errors") or [payload])[0]
+            assert error["extensions"]["code"] == "BAD_USER_INPUT" and "$n" in error["message"], (protocol, answer)
             await ws.close()
         # Clients that leave while their operations are answered (long documents, refused or read).
         for protocol, start in (("graphql-transport-ws", "subscribe"), ("graphql-ws", "start")):

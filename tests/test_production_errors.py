@@ -138,6 +138,16 @@ async def test_an_oversize_literal_is_bad_user_input(production, served):
         "query": f'{{ paper(arxivId: "2402.15627") {{ inbound(first: {"9" * 4301}) {{ totalCount }} }} }}'})
     (error,) = answer.json()["errors"]
     assert error["extensions"]["code"] == "BAD_USER_INPUT" and "4301 characters" in error["message"], error
+    # In the variables (valid JSON that int() refuses past 4,300 digits): the variable's own refusal.
+    document = 'query($n: Int) { paper(arxivId: "2402.15627") { inbound(first: $n) { totalCount } } }'
+    answer = await production.client.post("/graphql", content=b'{"query": "%s", "variables": {"n": %s}}' % (
+        document.replace('"', '\\"').encode(), b"9" * 4301), headers={"content-type": "application/json"})
+    (error,) = answer.json()["errors"]
+    assert error["extensions"]["code"] == "BAD_USER_INPUT" and "$n" in error["message"], error
+    # Nested deeper than the reader goes: 400, saying so.
+    answer = await production.client.post("/graphql", content=b'{"query": "{ __typename }", "variables": %s}' % (
+        b"[" * 5000 + b"]" * 5000), headers={"content-type": "application/json"})
+    assert answer.status_code == 400 and "nest too deeply" in answer.json()["errors"][0]["message"], answer.text
 
 
 async def test_schemathesis_finds_no_server_errors_in_production(database_url, tmp_path):

@@ -112,20 +112,40 @@ async def _charge_past_the_limit(handler: Any, running: int) -> None:
 
 def _malformed(message: Any) -> str | None:
     """What is wrong with an operation's message (graphql-transport-ws `subscribe`, graphql-ws `start`) that the
-    protocol's handler would otherwise fail on (a null payload, a list for an id): None when it is well formed.
-    A `query` may be null (a persisted document named by its hash); a missing one is the handler's to refuse."""
+    protocol's handler would otherwise fail on (a null payload, a list for an id, no query): None when it is
+    well formed. Over WebSockets an operation sends its document's text (the protocols carry no extensions: a
+    persisted or trusted document is sent as its text, which the same rules check)."""
     payload = message.get("payload")
     if not isinstance(message.get("id"), str):
         return "an operation's id must be a string"
     if not isinstance(payload, dict):
         return "an operation's payload must be an object ({\"query\": ..., \"variables\": {...}})"
+    if "query" not in payload:
+        return "payload.query is missing: send the operation's document (its text, persisted documents too)"
     for name, kind in (("query", str), ("operationName", str), ("variables", dict), ("extensions", dict)):
         if payload.get(name) is not None and not isinstance(payload[name], kind):
             return f"payload.{name} must be {'a string' if kind is str else 'an object'} or null"
     return None
 
 
+def _envelope_problem(message: Any) -> str | None:
+    """What is wrong with a WebSocket message's envelope, for either protocol: None when it is an object
+    with a string `type` (its handler judges the rest)."""
+    if not isinstance(message, dict):
+        return "a message must be a JSON object ({\"type\": ..., ...})"
+    if not isinstance(message.get("type"), str):
+        return "a message needs a string `type`"
+    return None
+
+
 class TransportWSHandler(BaseGraphQLTransportWSHandler[Context, None]):
+    async def handle_message(self, message: Any) -> None:
+        problem = _envelope_problem(message)
+        if problem is not None:  # the protocol's answer to an invalid message: close 4400 with the reason
+            await self.handle_invalid_message(problem)
+            return
+        await super().handle_message(message)
+
     async def handle_subscribe(self, message: Any) -> None:
         problem = _malformed(message)
         if problem is not None:  # the protocol's answer to a malformed message: close 4400 with the reason
@@ -142,6 +162,16 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[Context, None]):
 
 
 class WSHandler(BaseGraphQLWSHandler[Context, None]):
+    async def handle_message(self, message: Any) -> None:
+        # graphql-ws has no close code for a bad message: the connection's error, and the connection stays
+        problem = _envelope_problem(message)
+        if problem is None and message["type"] == "stop" and not isinstance(message.get("id"), str):
+            problem = "a stop message needs the string id of the operation it stops"
+        if problem is not None:
+            await self.send_message({"type": "connection_error", "payload": {"message": problem}})  # type: ignore
+            return
+        await super().handle_message(message)
+
     async def handle_start(self, message: Any) -> None:
         problem = _malformed(message)
         if problem is not None:  # (graphql-ws has no close code for it: an error for the operation, if it has an id)
@@ -161,6 +191,10 @@ class WSHandler(BaseGraphQLWSHandler[Context, None]):
 class GraphQLView(StrawberryGraphQL[Context, None]):
     """GraphQL over HTTP (POST, GET, SSE, multipart) and WebSocket; keep-alive pings; the WebSocket origin
     rule follows PITH_CORS_ORIGINS (same origin only when none is configured)."""
+
+    def decode_json(self, data: str | bytes) -> object:
+        """Every JSON the view reads (WebSocket messages here, HTTP bodies in parse_http_body): app.http.loads."""
+        return http.loads(data)
 
     graphql_transport_ws_handler_class = TransportWSHandler
     graphql_ws_handler_class = WSHandler
@@ -299,9 +333,10 @@ class GraphQLView(StrawberryGraphQL[Context, None]):
                 raise Answer(http.transport_error(413, f"request body is {len(body)} bytes; the limit is "
                                                        f"{MAX_BODY_BYTES}", "PAYLOAD_TOO_LARGE", media))
             try:
-                body = json.loads(body)
-            except (ValueError, RecursionError):
-                raise Answer(http.transport_error(400, "request body is not valid JSON", "BAD_REQUEST",
+                body = http.loads(body)
+            except ValueError as exc:
+                reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+                raise Answer(http.transport_error(400, f"request body is not valid JSON ({reason})", "BAD_REQUEST",
                                                   media)) from None
         streams = http.stream_choice(accept) if request.method != "HEAD" else False
         if media is None and streams is False:
