@@ -216,6 +216,23 @@ def operation_problem(query: str, operation_name: str | None) -> str | None:
     return document_operation_problem(document, operation_name)
 
 
+NO_MUTATIONS = "this API answers queries only; it has no mutation operations"
+
+
+def stream_operation_problem(query: Any, operation_name: Any) -> str | None:
+    """What a streamed operation (SSE, multipart, WebSockets) is refused for before it runs, in the words the
+    POST and GET view uses: no single operation to choose (operation_problem), or a mutation (NO_MUTATIONS)."""
+    document = _document(query) if isinstance(query, str) else None
+    if document is None or (operation_name is not None and not isinstance(operation_name, str)):
+        return None  # (not parsed: the pipeline reports it)
+    problem = document_operation_problem(document, operation_name)
+    if problem is not None:
+        return problem
+    chosen = next(d for d in document.definitions if isinstance(d, OperationDefinitionNode)
+                  and (operation_name is None or (d.name is not None and d.name.value == operation_name)))
+    return NO_MUTATIONS if chosen.operation.value == "mutation" else None
+
+
 def document_operation_problem(document: Any, operation_name: str | None) -> str | None:
     """Why no single operation can be chosen from a parsed document (None when one can): every transport's rule
     (the HTTP view's, before a request is run; app.pipeline's, for the streams and WebSockets)."""
@@ -243,7 +260,7 @@ def operation_error(exc: Exception, query: str, operation_name: str | None, medi
         if get_like:
             return transport_error(405, f"GET runs queries only; send this {kind} with POST", "METHOD_NOT_ALLOWED",
                                    media, {"Allow": "POST"})
-        message = (f"this API answers queries only; it has no {kind} operations" if kind == "mutation" else
+        message = (NO_MUTATIONS if kind == "mutation" else
                    "subscriptions are not served over this transport; send a query")
         return graphql_response({"errors": [error_entry(message, "OPERATION_NOT_SUPPORTED")]}, status, media)
     message = operation_problem(query, operation_name) or "no operation could be chosen"

@@ -421,6 +421,7 @@ class Schema(strawberry.Schema):
                      allowed_operation_types: Any = None) -> Any:
         """Strawberry's streaming entry (SSE, multipart, both WebSocket protocols), behind the trusted-documents
         rule the HTTP path applies (PITH_PERSISTED_ONLY: only the manifest's documents run, by text or hash)."""
+        from app.http import NO_MUTATIONS, stream_operation_problem
         from app.pipeline import over_budget
 
         # Paced already: an HTTP stream's operation with its request, a WebSocket's with its message.
@@ -429,6 +430,13 @@ class Schema(strawberry.Schema):
         if refused is not None:
             return _refused(refused.message, "RATE_LIMITED", refused.extensions)
         persisted = getattr(getattr(context_value, "app", None), "persisted", None)
+        problem = stream_operation_problem(query, operation_name)  # as POST and GET say it
+        if problem is not None:
+            from app.pipeline import charge_refusal
+
+            await charge_refusal(getattr(context_value, "governor", None), getattr(context_value, "client", None))
+            return _refused(problem, "OPERATION_NOT_SUPPORTED" if problem == NO_MUTATIONS
+                            else "OPERATION_RESOLUTION_FAILURE")
         if persisted is not None and persisted.only:
             from app.persisted import PersistedQueryError, requested_hash
 

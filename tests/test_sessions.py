@@ -253,19 +253,24 @@ async def test_an_operation_that_cannot_be_chosen_is_refused_alike_on_every_tran
     multipart and both WebSocket protocols (Strawberry alone would run the first one)."""
     two = (f'subscription A {{ citationAdded(arxivId: "{PAPER}") {{ cursor }} }} '
            f'subscription B {{ citationAdded(arxivId: "{PAPER}") {{ cursor }} }}')
-    refusal = "the document has 2 operations; say which to run with operationName"
-    async with httpx.AsyncClient(timeout=20) as client:
-        posted = (await client.post(server.base + "/graphql", json={"query": two})).json()
-        assert posted["errors"][0]["message"].startswith(refusal), posted
-        # (a subscription that runs instead sends nothing: the wait ends it as a failure)
-        for answer in (await asyncio.wait_for(sse(client, server.base, two), 15),
-                       await asyncio.wait_for(multipart(client, server.base, two, leave=False), 15)):
-            assert answer and answer[0]["errors"][0]["message"].startswith(refusal), answer
-            assert answer[0]["errors"][0]["extensions"]["code"] == "OPERATION_RESOLUTION_FAILURE"
-    for got in ((await transport_ws(server.base, [two], running=()))[0], (await legacy_ws(server.base, [two]))[0]):
-        payload = got[0]["payload"]  # graphql-transport-ws: a list of errors; graphql-ws: the error itself
-        error = payload[0] if isinstance(payload, list) else payload.get("errors", [payload])[0]
-        assert error["message"].startswith(refusal) and error["extensions"]["code"] == "OPERATION_RESOLUTION_FAILURE"
+    # A mutation, in the words POST answers it with (the schema has none), on every transport too.
+    for document, refusal, code in ((two, "the document has 2 operations; say which to run with operationName",
+                                     "OPERATION_RESOLUTION_FAILURE"),
+                                    ("mutation { x }", "this API answers queries only; it has no mutation operations",
+                                     "OPERATION_NOT_SUPPORTED")):
+        async with httpx.AsyncClient(timeout=20) as client:
+            posted = (await client.post(server.base + "/graphql", json={"query": document})).json()
+            assert posted["errors"][0]["message"].startswith(refusal), posted
+            # (a subscription that runs instead sends nothing: the wait ends it as a failure)
+            for answer in (await asyncio.wait_for(sse(client, server.base, document), 15),
+                           await asyncio.wait_for(multipart(client, server.base, document, leave=False), 15)):
+                assert answer and answer[0]["errors"][0]["message"].startswith(refusal), answer
+                assert answer[0]["errors"][0]["extensions"]["code"] == code
+        for got in ((await transport_ws(server.base, [document], running=()))[0],
+                    (await legacy_ws(server.base, [document]))[0]):
+            payload = got[0]["payload"]  # graphql-transport-ws: a list of errors; graphql-ws: the error itself
+            error = payload[0] if isinstance(payload, list) else payload.get("errors", [payload])[0]
+            assert error["message"].startswith(refusal) and error["extensions"]["code"] == code, (document, got)
 
 
 async def test_subscriptions_cancelled_past_the_pace_end_with_their_socket(database_url):

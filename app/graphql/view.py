@@ -23,6 +23,7 @@ from starlette.types import Receive, Scope, Send
 from strawberry.asgi import GraphQL as StrawberryGraphQL
 from strawberry.exceptions import MissingQueryError
 from strawberry.http import GraphQLRequestData
+from starlette.websockets import WebSocketDisconnected as SocketClosed
 from strawberry.http.exceptions import WebSocketDisconnected
 from strawberry.http.streaming import MultipartSubscriptionTransport, SSETransport
 from strawberry.schema.exceptions import CannotGetOperationTypeError, InvalidOperationTypeError
@@ -156,8 +157,8 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[Context, None]):
         await super().handle_subscribe(message)
 
     async def handle_task_exception(self, error: Exception) -> None:
-        if isinstance(error, WebSocketDisconnected):  # the client left before its answer: nothing went wrong here
-            return
+        if isinstance(error, (WebSocketDisconnected, SocketClosed)):  # the client left before its answer: nothing
+            return  # went wrong here (Strawberry's or Starlette's word for it, by when it was found)
         await super().handle_task_exception(error)
 
 
@@ -184,8 +185,9 @@ class WSHandler(BaseGraphQLWSHandler[Context, None]):
         await super().handle_start(message)
 
     async def handle_async_results(self, *args: Any, **kwargs: Any) -> None:
-        with contextlib.suppress(WebSocketDisconnected):  # the client left before its answer (else logged as a
-            await super().handle_async_results(*args, **kwargs)  # task exception never retrieved)
+        # The client left before its answer (else logged as a task exception never retrieved).
+        with contextlib.suppress(WebSocketDisconnected, SocketClosed):
+            await super().handle_async_results(*args, **kwargs)
 
 
 class GraphQLView(StrawberryGraphQL[Context, None]):
