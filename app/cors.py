@@ -73,6 +73,9 @@ class Cors(CORSMiddleware):
             reasons.append(f"method {method} is not allowed; allowed: {', '.join(METHODS)}")
         asked = [h.strip().lower() for h in request_headers.get("access-control-request-headers", "").split(",")]
         refused = [h for h in asked if h and h not in self.allow_headers]
+        if "" in asked and request_headers.get("access-control-request-headers") is not None:
+            reasons.append("Access-Control-Request-Headers names an empty header; name each header, or leave the "
+                           "field out when there is none")
         if refused:
             allowed = sorted(set(self.allow_headers) - {h.lower() for h in SAFELISTED_HEADERS})
             reasons.append(f"request headers {', '.join(refused)} are not allowed; allowed: {', '.join(allowed)} "

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, cast
 
 import orjson
 from graphql import OperationDefinitionNode
@@ -324,7 +324,8 @@ def _document(query: str) -> Any:
 
 def pins_every_instant(query: str, operation_name: str | None, variables: dict[str, Any] | None) -> bool:
     """Whether every root field of the operation to run is pinned to an instant: an asOf (a literal, or a
-    variable given a value), or node/nodes with ids that each name an instant (app.types.node)."""
+    variable given a value or a default; a diff's `to`), or node/nodes with ids that each name an instant
+    (app.types.node)."""
     from graphql import FieldNode, value_from_ast_untyped
 
     document = _document(query)
@@ -337,25 +338,34 @@ def pins_every_instant(query: str, operation_name: str | None, variables: dict[s
     roots = [s for s in operations[0].selection_set.selections]
     if not roots or not all(isinstance(s, FieldNode) for s in roots):
         return False
+    # The variables as execution sees them: each one's default where the request gives none.
+    values = {d.variable.name.value: value_from_ast_untyped(d.default_value)
+              for d in operations[0].variable_definitions or () if d.default_value is not None}
+    values.update(variables or {})
     now = now_as_of()
-    for field in roots:
+    for field in cast(list[FieldNode], roots):
         if field.name.value == "__typename":
             continue
         if field.name.value in ("node", "nodes"):
-            if not _ids_name_instants(field, variables, value_from_ast_untyped, now):
+            if not _ids_name_instants(field, values, value_from_ast_untyped, now):
                 return False
             continue
-        value = next((a.value for a in field.arguments or () if a.name.value == "asOf"), None)
+        instant = _INSTANT_ARGUMENTS.get(field.name.value, "asOf")
+        value = next((a.value for a in field.arguments or () if a.name.value == instant), None)
         if value is None or value.kind == "null_value":
             return False
         try:
-            given = value_from_ast_untyped(value, variables or {})
+            given = value_from_ast_untyped(value, values)
             # An instant after the server's clock is answered as of now: it changes with the next import.
             if given is None or not is_pinned(answered_as_of(given, now), now):
                 return False
         except (BadInput, TypeError, ValueError):  # not an instant: execution reports it
             return False
     return True
+
+
+# The argument that fixes a root field's answer when it is not asOf: a diff's later instant (its earlier one is before).
+_INSTANT_ARGUMENTS = {"recordDiff": "to"}
 
 
 def _ids_name_instants(field: Any, variables: dict[str, Any] | None, value_of: Any, now: Any) -> bool:
@@ -385,6 +395,14 @@ def get_validator(version: int, query: str, variables: dict[str, Any] | None, op
 
 def cache_headers(etag: str, pinned: bool) -> dict[str, str]:
     return {"ETag": etag, "Vary": "Accept", "Cache-Control": cache_control(pinned)}
+
+
+def not_modified(headers: dict[str, str], accept_encoding: str | None) -> Response:
+    """A 304 with the validator's headers, varying as its 200 does: gzip (app.compression) adds Accept-Encoding
+    to the Vary of what it compresses, and no body passes it on a 304."""
+    if "gzip" in (accept_encoding or "") and "Vary" in headers:
+        headers = {**headers, "Vary": headers["Vary"] + ", Accept-Encoding"}
+    return Response(status_code=304, headers=headers)
 
 
 GRAPHQL_PATH = "/graphql"

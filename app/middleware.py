@@ -178,6 +178,15 @@ class BodyLimitAndCancelOnDisconnect:
             return
         chunks: list[bytes] = []
         size = 0
+        # A body declared larger than the limit is refused before any of it is read: its client, which may wait
+        # for `100 Continue` (sent by the server at the first read), never sends it.
+        declared = next((v for k, v in scope["headers"] if k == b"content-length"), b"")
+        if declared.isdigit() and int(declared) > self.max_body:
+            if self.on_refused is not None:
+                await self.on_refused(scope)
+            await error_response(413, f"request body is larger than {self.max_body} bytes", scope.get("path"))(
+                scope, receive, send)
+            return
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":

@@ -91,6 +91,10 @@ def test_a_refused_preflight_says_why_in_graphql_shape(app_server):
     assert error["extensions"]["code"] == "CORS_REFUSED"
     for part in ("http://elsewhere.example", APP, "PUT", "x-unknown", "PITH_CORS_HEADERS"):
         assert part in error["message"], error["message"]
+    # An allowed origin whose preflight names an empty header (Starlette refuses it): the reason, not silence.
+    response = httpx.options(app_server.base + "/graphql", headers={
+        "origin": APP, "access-control-request-method": "POST", "access-control-request-headers": ""})
+    assert response.status_code == 403 and "empty header" in response.json()["errors"][0]["message"], response.text
 
 
 def test_without_origins_a_preflight_names_the_setting_and_plain_options_are_answered(live):

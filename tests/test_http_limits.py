@@ -69,6 +69,17 @@ async def test_a_body_up_to_the_documented_limit_is_accepted_in_one_write_or_man
         assert json.loads(body)["errors"][0]["extensions"]["code"] == "PAYLOAD_TOO_LARGE", body[:300]
     finally:
         writer.close()
+    # A client that asks first (Expect: 100-continue) for a body declared past the limit: 413 at once, never
+    # `100 Continue`, and none of the body is awaited.
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    try:
+        writer.write(b"POST /graphql HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Expect: 100-continue\r\nContent-Length: 500000\r\n\r\n")
+        await writer.drain()
+        status, body = await read_response(reader)
+        assert status == 413 and json.loads(body)["errors"][0]["extensions"]["code"] == "PAYLOAD_TOO_LARGE", body
+    finally:
+        writer.close()
 
 
 async def test_a_huge_head_gets_431_and_a_never_ending_header_line_is_cut(server):

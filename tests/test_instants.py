@@ -210,6 +210,16 @@ async def test_an_instant_after_the_servers_clock_is_answered_as_of_now_and_neve
     past = await travel.client.get("/graphql", params={"query": '{ paper(arxivId: "%s", asOf: "%s") { id } }'
                                                                  % (ROOT, FEB)})
     assert past.headers["cache-control"] == "public, max-age=300"
+    # Pinned by a variable's default, and a diff by its later instant: the same rule.
+    for query, variables, rule in (
+            ('query($at: DateTime = "%s") { paper(arxivId: "%s", asOf: $at) { id } }' % (FEB, ROOT), {}, 300),
+            ('query($at: DateTime = "%s") { paper(arxivId: "%s", asOf: $at) { id } }' % (FEB, ROOT),
+             {"at": FUTURE}, 60),
+            ('{ recordDiff(arxivId: "%s", from: "%s", to: "%s") { toContextDigest } }' % (ROOT, FEB, FEB), {}, 300),
+            ('{ recordDiff(arxivId: "%s", from: "%s", to: "%s") { toContextDigest } }' % (ROOT, FEB, FUTURE), {}, 60)):
+        response = await travel.client.get("/graphql", params={"query": query, "variables": json.dumps(variables)})
+        assert response.status_code == 200 and "errors" not in response.json(), response.text
+        assert response.headers["cache-control"] == f"public, max-age={rule}", (query, variables, response.headers)
     # An id naming the future (made by hand: the server writes none) is read as of now, and says so.
     crafted = encode_token(f"Paper:{ROOT}@{FUTURE}")
     node = await travel.client.get("/graphql", params={"query": '{ node(id: "%s") { id } }' % crafted})
@@ -224,6 +234,10 @@ async def test_an_instant_after_the_servers_clock_is_answered_as_of_now_and_neve
     assert before <= record.json()["as_of"] <= after, (before, record.json()["as_of"], after)
     pinned = await travel.client.get(f"/paper/{ROOT}/citation-record.json", params={"as_of": FEB})
     assert pinned.headers["cache-control"] == "public, max-age=300"
+    # Revalidated: the 304 varies as its 200 does (a cache keys them alike).
+    again = await travel.client.get(f"/paper/{ROOT}/citation-record.json", params={"as_of": FEB},
+                                    headers={"if-none-match": pinned.headers["etag"]})
+    assert again.status_code == 304 and again.headers["vary"] == pinned.headers["vary"], (again.headers, pinned.headers)
 
 
 async def test_a_date_means_its_midnight_utc_everywhere(travel):

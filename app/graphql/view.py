@@ -397,7 +397,7 @@ class GraphQLView(StrawberryGraphQL[Context, None]):
             from app.web.routes import not_modified
 
             if not_modified(request, etag):
-                raise Answer(Response(status_code=304, headers=cache))
+                raise Answer(http.not_modified(cache, request.headers.get("accept-encoding")))
         try:
             result = await self.schema.execute(request_data.query, variable_values=request_data.variables,
                                                context_value=context, operation_name=request_data.operation_name,

@@ -16,7 +16,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from app import record
+from app import http, record
 from app.cost import PRICES, Price
 from app.errors import deadline_error
 from app.governor import RateLimited, TooFast, Unauthenticated, rate_limit_headers
@@ -182,7 +182,7 @@ def routes(app: Any) -> list:  # app.state.App
         headers = {"ETag": etag, "Cache-Control": cache_control(pinned),
                    "Vary": "Accept"}
         if not_modified(request, etag):
-            return Response(status_code=304, headers=headers)
+            return http.not_modified(headers, request.headers.get("accept-encoding"))
         response = make()
         response.headers.update(headers)
         return response
