@@ -272,7 +272,7 @@ async def test_only_responses_cut_short_are_logged_as_disconnects(live):
     # A response really cut short is logged: a subscription's stream (it never ends on its own), left at once
     # (before the watch for its client starts, middleware.WATCH_AFTER: found when it does) and once it started.
     # (A request that ends within WATCH_AFTER of its start is answered whether its client is there or not.)
-    body = json.dumps({"query": 'subscription { citationAdded(arxivId: "%s") { observationId } }' % PAPER}).encode()
+    body = json.dumps({"query": 'subscription { citationAdded(arxivId: "%s") { cursor } }' % PAPER}).encode()
     stream = (b"POST /graphql HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
               b"Accept: text/event-stream\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
     for moment in ("during", "after"):
