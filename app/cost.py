@@ -52,10 +52,12 @@ INTROSPECTION_LISTS = frozenset({"types", "fields", "inputFields", "interfaces",
 
 
 # Fields whose work grows with one paper's observations (priced from that paper's own counts).
-DATA_SIZED = frozenset({"timeline", "recordDiff", "citationsByYear", "neighbourhood", "citationRecord"})
+# (recordChanged builds the paper's record as it starts, and again for each event: a citationRecord's work.)
+DATA_SIZED = frozenset({"timeline", "recordDiff", "citationsByYear", "neighbourhood", "citationRecord",
+                        "recordChanged"})
 # Root fields that name the paper(s) everything directly below them is about.
 PAPER_ROOTS = {"paper": "arxivId", "papers": "arxivIds", "recordDiff": "arxivId", "neighbourhood": "arxivId",
-               "citationRecord": "arxivId"}
+               "citationRecord": "arxivId", "recordChanged": "arxivId"}
 
 
 @dataclass(frozen=True)
@@ -256,7 +258,7 @@ class Costing:
 
     def work(self, name: str, args: dict[str, Any], size: int) -> int:
         """Work a field does beyond the objects it returns (records built, rows scanned)."""
-        if name == "citationRecord":
+        if name in ("citationRecord", "recordChanged"):
             return served_record_units(self.size_of(args.get("arxivId") if self.root else self.paper))
         if name == "recordDiff":
             own = self.size_of(args.get("arxivId") if self.root else self.paper)

@@ -130,12 +130,22 @@ def transport_error(status: int, message: str, code: str, media: str | None = JS
     return graphql_response({"errors": [error_entry(message, code)]}, status, media, headers)
 
 
+class _Overlong(float):
+    """A JSON integer past Python's 4,300 digits (int() refuses it with a ValueError no JSON reader expects):
+    an infinity, which no GraphQL Int or Float accepts, named by its length in the coercion's message."""
+
+    digits = 0
+
+    def __repr__(self) -> str:
+        return f"<an integer of {self.digits} digits>"
+
+
 def _int(text: str) -> int | float:
-    """A JSON integer: past Python's 4,300 digits (which int() refuses with a ValueError no JSON reader
-    expects), an infinity, which no GraphQL Int or Float accepts: the variable's coercion says so."""
     if len(text) <= 4300:
         return int(text)
-    return float("-inf") if text.startswith("-") else float("inf")
+    value = _Overlong("-inf" if text.startswith("-") else "inf")
+    value.digits = len(text.lstrip("-"))
+    return value
 
 
 def loads(data: str | bytes) -> Any:
@@ -159,8 +169,8 @@ def body_from_query_string(params: Mapping[str, str]) -> dict[str, Any]:
         text = params.get(name)
         if text:
             try:
-                body[name] = json.loads(text)
-            except (ValueError, RecursionError):
+                body[name] = loads(text)
+            except ValueError:
                 body[name] = _Invalid(name)
     return body
 

@@ -534,7 +534,9 @@ class RequestPipeline(SchemaExtension):
                 session = getattr(context, "session", None)
                 self.actual = actual_units(getattr(ctx.result, "data", None), getattr(session, "rows", 0),
                                            getattr(session, "statements", 0))
-            if ticket is not None:  # settled to the work done, its parse and validation included
+            if ticket is not None and subscription:  # its start costs an event's price (recordChanged reads the
+                context.governor.settle(ticket, None)  # record then), whatever its source stream does later
+            elif ticket is not None:  # settled to the work done, its parse and validation included
                 settle(getattr(context, "governor", None), ticket, (self.actual or 0) + self.front_units())
 
     async def sizes(self, document: Any, ctx: Any) -> Any:

@@ -406,7 +406,7 @@ async def test_malformed_websocket_operations_and_clients_that_leave_early_log_n
            {"id": "4", "payload": {"query": 5}}, {"id": "5", "payload": {"query": "{ a }", "variables": "x"}},
            {"id": "6", "payload": {}}, {"id": "7", "payload": {"extensions": {"persistedQuery": {"version": 1}}}}]
     # Messages that are not an operation's at all: not an object, no type, a stop without its id.
-    envelopes = ["[]", "5", "{}", '{"type": null}', '"text"']
+    envelopes = ["[]", "5", "{}", '{"type": null}', '"text"', '{"type": "foo", "id": "1"}']
     server = LiveServer(empty_database, env={"PITH_ENV": "production"})
     url = server.base.replace("http", "ws") + "/graphql"
 

@@ -144,6 +144,10 @@ async def test_an_oversize_literal_is_bad_user_input(production, served):
         document.replace('"', '\\"').encode(), b"9" * 4301), headers={"content-type": "application/json"})
     (error,) = answer.json()["errors"]
     assert error["extensions"]["code"] == "BAD_USER_INPUT" and "$n" in error["message"], error
+    assert "an integer of 4301 digits" in error["message"], error
+    answer = await production.client.get("/graphql", params={"query": document, "variables": '{"n": %s}' % ("9" * 4301)})
+    assert answer.json()["errors"][0] == {**error, "extensions": {**error["extensions"],
+                                                                   "requestId": answer.headers["x-request-id"]}}
     # Nested deeper than the reader goes: 400, saying so.
     answer = await production.client.post("/graphql", content=b'{"query": "{ __typename }", "variables": %s}' % (
         b"[" * 5000 + b"]" * 5000), headers={"content-type": "application/json"})

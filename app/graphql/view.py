@@ -162,12 +162,18 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[Context, None]):
         await super().handle_task_exception(error)
 
 
+_GRAPHQL_WS_TYPES = frozenset({"connection_init", "connection_terminate", "start", "stop"})  # a client's
+
+
 class WSHandler(BaseGraphQLWSHandler[Context, None]):
     async def handle_message(self, message: Any) -> None:
         # graphql-ws has no close code for a bad message: the connection's error, and the connection stays
         problem = _envelope_problem(message)
         if problem is None and message["type"] == "stop" and not isinstance(message.get("id"), str):
             problem = "a stop message needs the string id of the operation it stops"
+        if problem is None and message["type"] not in _GRAPHQL_WS_TYPES:
+            problem = (f"unknown message type {message['type'][:40]!r}; graphql-ws sends "
+                       + ", ".join(sorted(_GRAPHQL_WS_TYPES)))
         if problem is not None:
             await self.send_message({"type": "connection_error", "payload": {"message": problem}})  # type: ignore
             return
