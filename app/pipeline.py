@@ -554,13 +554,21 @@ class RequestPipeline(SchemaExtension):
                                 sizes={arxiv_id: PaperSize() for arxiv_id in papers})
         if refusal(least) is not None:
             return {arxiv_id: PaperSize() for arxiv_id in papers}
+        # A subscription's are read in a session of their own, closed at once: its operation's session lasts as long
+        # as the subscription, and would hold a connection all that while (its events read in sessions of theirs).
+        app = getattr(ctx.context, "app", None)
+        own = app.session() if ctx.operation_type.value == OperationType.SUBSCRIPTION.value and app is not None \
+            else None
         try:
             async with asyncio.timeout(ctx.context.remaining() if hasattr(ctx.context, "remaining") else None):
-                return await paper_sizes(session, papers)  # within the deadline (a pool wait included)
+                return await paper_sizes(own or session, papers)  # within the deadline (a pool wait included)
         except TimeoutError:
             raise deadline_error(getattr(ctx.context, "deadline_seconds", None) or 0) from None
         except Exception as exc:  # the database away: reported as every failed statement is (app.pipeline.masked)
             raise GraphQLError("the database could not price the operation", original_error=exc) from exc
+        finally:
+            if own is not None:
+                await own.close()
 
     def get_results(self) -> dict[str, Any]:
         context = self.execution_context.context

@@ -191,8 +191,8 @@ async def _splice(context: Any, row: Any, found: Any) -> tuple[str | None, int]:
 
 
 async def _in_session(info: Info, rows: AsyncGenerator[Any, None], build) -> AsyncGenerator[Any, None]:
-    """Resolve each row in a session of its own, released after the event has been sent; each event admitted
-    as a query of the subscription's selection would be (_admitted), its slots held until it has been sent."""
+    """Resolve each row in a session of its own, released after the event has been sent; each event charged
+    the price of the subscription's selection (_admitted)."""
     context = info.context
     try:
         async for row in rows:
@@ -213,17 +213,16 @@ async def _in_session(info: Info, rows: AsyncGenerator[Any, None], build) -> Asy
 
 async def _admitted(context: Any, row: Any) -> Any:
     """An event's admission at the subscription's price (app.pipeline set it as the operation began): its
-    points charged to the client's hour, and the slots its work needs, within the event's deadline. A client
-    over budget, or no slot in time, ends the subscription with the cursor just before this event (resume
-    with `after` once the hour allows)."""
+    points charged to the client's hour, within the event's deadline. A client over budget ends the
+    subscription with the cursor just before this event (resume with `after` once the hour allows)."""
     from app.governor import RateLimited
 
     price, governor, client = context.event_price, context.governor, context.client
     if price is None or governor is None or client is None:
         return None  # in-process execution: priced, not governed
     context.restart_deadline()
-    try:
-        return await governor.admit(client, price.points, price.units, None, context.remaining())
+    try:  # points, not slots: an event's work is done once for all who send it (hub.shared), whoever waits
+        return await governor.admit(client, price.points, 0, None, context.remaining())
     except RateLimited as exc:
         status = exc.status
         raise SubscriptionError(f"{exc} (each event costs {price.points} points, the price of its selection)",
