@@ -176,16 +176,19 @@ class BodyLimitAndCancelOnDisconnect:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        async def refuse() -> None:  # 413, charged to its client
+            if self.on_refused is not None:
+                await self.on_refused(scope)
+            await error_response(413, f"request body is larger than {self.max_body} bytes", scope.get("path"))(
+                scope, receive, send)
+
         chunks: list[bytes] = []
         size = 0
         # A body declared larger than the limit is refused before any of it is read: its client, which may wait
         # for `100 Continue` (sent by the server at the first read), never sends it.
         declared = next((v for k, v in scope["headers"] if k == b"content-length"), b"")
         if declared.isdigit() and int(declared) > self.max_body:
-            if self.on_refused is not None:
-                await self.on_refused(scope)
-            await error_response(413, f"request body is larger than {self.max_body} bytes", scope.get("path"))(
-                scope, receive, send)
+            await refuse()
             return
         while True:
             message = await receive()
@@ -194,10 +197,7 @@ class BodyLimitAndCancelOnDisconnect:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_body:
-                if self.on_refused is not None:
-                    await self.on_refused(scope)
-                response = error_response(413, f"request body is larger than {self.max_body} bytes", scope.get("path"))
-                await response(scope, receive, send)
+                await refuse()
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):
