@@ -216,6 +216,7 @@ async def _admitted(context: Any, row: Any) -> Any:
     points charged to the client's hour, within the event's deadline. A client over budget ends the
     subscription with the cursor just before this event (resume with `after` once the hour allows)."""
     from app.governor import RateLimited
+    from app.pipeline import rate_limited_error
 
     price, governor, client = context.event_price, context.governor, context.client
     if price is None or governor is None or client is None:
@@ -223,12 +224,10 @@ async def _admitted(context: Any, row: Any) -> Any:
     context.restart_deadline()
     try:  # points, not slots: an event's work is done once for all who send it (hub.shared), whoever waits
         return await governor.admit(client, price.points, 0, None, context.remaining())
-    except RateLimited as exc:
-        status = exc.status
-        raise SubscriptionError(f"{exc} (each event costs {price.points} points, the price of its selection)",
-                                "RATE_LIMITED", after=row["position"] - 1, cost=exc.cost, limit=status.limit,
-                                remaining=status.remaining, resetAt=status.reset_text,
-                                retryAfter=status.retry_after) from None
+    except RateLimited as exc:  # the pipeline's RATE_LIMITED, and where to resume
+        told = rate_limited_error(exc)
+        raise SubscriptionError(f"{told.message} (each event costs {price.points} points, the price of its "
+                                "selection)", after=row["position"] - 1, **(told.extensions or {})) from None
     except TimeoutError:
         raise SubscriptionError("no capacity for this event's work within its deadline", "TIMEOUT",
                                 after=row["position"] - 1) from None
