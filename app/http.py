@@ -407,10 +407,12 @@ def cache_headers(etag: str, pinned: bool) -> dict[str, str]:
     return {"ETag": etag, "Vary": "Accept", "Cache-Control": cache_control(pinned)}
 
 
-def not_modified(headers: dict[str, str], accept_encoding: str | None) -> Response:
-    """A 304 with the validator's headers, varying as its 200 does: gzip (app.compression) adds Accept-Encoding
-    to the Vary of what it compresses, and no body passes it on a 304."""
-    if "gzip" in (accept_encoding or "") and "Vary" in headers:
+def not_modified(headers: dict[str, str]) -> Response:
+    """A 304 with the validator's headers, varying on Accept-Encoding as well whoever asks: Starlette's GZip
+    (app.compression) adds it to every 200 big enough to compress, for gzip and identity clients alike, and
+    no body passes it on a 304. A small answer's 200 does not vary on it; a cache that takes the 304's Vary
+    for it then keys it by encoding too, a miss at worst, never a body sent to a client that cannot read it."""
+    if "Vary" in headers:
         headers = {**headers, "Vary": headers["Vary"] + ", Accept-Encoding"}
     return Response(status_code=304, headers=headers)
 

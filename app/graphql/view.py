@@ -403,7 +403,7 @@ class GraphQLView(StrawberryGraphQL[Context, None]):
             from app.web.routes import not_modified
 
             if not_modified(request, etag):
-                raise Answer(http.not_modified(cache, request.headers.get("accept-encoding")))
+                raise Answer(http.not_modified(cache))
         try:
             result = await self.schema.execute(request_data.query, variable_values=request_data.variables,
                                                context_value=context, operation_name=request_data.operation_name,

@@ -182,7 +182,7 @@ def routes(app: Any) -> list:  # app.state.App
         headers = {"ETag": etag, "Cache-Control": cache_control(pinned),
                    "Vary": "Accept"}
         if not_modified(request, etag):
-            return http.not_modified(headers, request.headers.get("accept-encoding"))
+            return http.not_modified(headers)
         response = make()
         response.headers.update(headers)
         return response
