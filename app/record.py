@@ -12,7 +12,6 @@ import orjson
 
 from loaders.rows import (
     STATUSES,
-    ItemPiece,
     Observation,
     PaperSnapshot,
     Receipt,
@@ -477,22 +476,11 @@ def build_record(rows: RecordRows, prebuilt: Prebuilt | None = None) -> dict[str
     return document
 
 
-_DIGEST_KEY = b'"observation_digest":"sha256:'
-
-
-def _item_bytes(piece: ItemPiece) -> orjson.Fragment:
-    """An item's canonical bytes: its digest (of the item without observation_digest, the key that sorts
-    between links and observation_id) between the two parts the database wrote."""
-    digest = hashlib.sha256(piece.head)
-    digest.update(piece.rest)
-    return orjson.Fragment(b"".join((piece.head, _DIGEST_KEY, digest.hexdigest().encode(), b'",', piece.rest)))
-
-
 def record_bytes(items: RecordItems) -> tuple[bytes, dict[str, Any]]:
     """The document's canonical bytes (canonical_bytes(build_record(rows)) for the same rows), and the
     document with each item as its bytes (an orjson.Fragment), from items the database wrote."""
-    inbound = [_item_bytes(p) for p in items.inbound]
-    outbound = [_item_bytes(p) for p in items.outbound]
+    inbound = [orjson.Fragment(p.item) for p in items.inbound]
+    outbound = [orjson.Fragment(p.item) for p in items.outbound]
     document = _document(items, inbound, outbound, [p.status for p in items.outbound], items.receipts,
                          [p.source_observed_at for p in items.inbound], [p.source_observed_at for p in items.outbound])
     document["context_digest"] = "sha256:" + hashlib.sha256(orjson.dumps(

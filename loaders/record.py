@@ -155,8 +155,9 @@ _NOTICE_TEXT: Final = (
 # The record of each paper $1 at the instant $AS, in one statement: a head row (direction 0: RECORD_HEAD_COLUMNS)
 # for each paper with a snapshot by then, and its items: its first $3 inbound (direction 1) and $4 outbound
 # (direction 2) observations (the pages' walks, order and visibility: loaders.citations; NULL caps: all), each
-# written as its canonical JSON in two parts (app.record._item, standing_notice and _finished make the same bytes
-# with the digest between them: tests/test_record_items.py), with its status and parse; the head row carries the
+# written as its canonical JSON (app.record._item, standing_notice and _finished make the same bytes:
+# tests/test_record_items.py), its observation_digest the sha256 of its other keys' bytes (those before the
+# digest's key, `head`, and after it, `rest`), with its status and parse; the head row carries the
 # latest receipts of the works they are linked to. Whatever repeats across the rows is made once: each paper's
 # short form (every inbound row names the paper itself, every outbound row its citing paper) and each linked
 # work's part and standing notice (a paper's inbound rows are mostly linked to its one work).
@@ -238,13 +239,17 @@ LEFT JOIN LATERAL (
 ) AS r ON true
 )
 SELECT 0 AS direction, h.ord, NULL::text AS key_citing, NULL::int AS key_index, NULL::uuid AS key_id,
-       NULL::bytea AS head, NULL::bytea AS rest, NULL::text AS status, NULL::timestamptz AS source_observed_at,
+       NULL::bytea AS item, NULL::text AS status, NULL::timestamptz AS source_observed_at,
        rc.sources, rc.observed,
        h.arxiv_id, h.observed_at, h.title, h.latest_version, h.primary_category, h.submitted_at, h.last_updated,
        h.inbound_total, h.outbound_total, h.m_source, h.m_observed_at, h.m_count
 FROM heads AS h LEFT JOIN receipts AS rc ON rc.ord = h.ord
 UNION ALL
-SELECT i.*, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+SELECT i.direction, i.ord, i.key_citing, i.key_index, i.key_id,
+       i.head || convert_to('"observation_digest":"sha256:' || encode(sha256(i.head || i.rest), 'hex') || '",', 'UTF8')
+       || i.rest,
+       i.status, i.source_observed_at,
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM items AS i
 ORDER BY 1, 2, 3, 4, 5
 """
@@ -339,7 +344,7 @@ async def record_items(db: Db, arxiv_ids: Sequence[str], as_of: datetime,
     pieces: list[tuple[list[ItemPiece], list[ItemPiece]]] = [([], []) for _ in range(n)]
     for row in rows:
         if row[0]:
-            pieces[row[1] - 1][row[0] - 1].append(ItemPiece(*row[5:9]))
+            pieces[row[1] - 1][row[0] - 1].append(ItemPiece(*row[5:8]))
     found: list[RecordItems | None] = [None] * n
     for head in heads:
         i = head["ord"] - 1

@@ -250,12 +250,10 @@ class RecordRows:
 
 
 class ItemPiece(NamedTuple):
-    """One observation's record item as the database writes it (loaders.record.RECORD): its
-    canonical bytes before its digest (`head`: citation and links) and after it (`rest`: observation id,
-    resolution and notice), with the facts of it that the document around it reads."""
+    """One observation's record item as the database writes it (loaders.record.RECORD): its canonical
+    bytes, observation_digest included, with the facts of it that the document around it reads."""
 
-    head: bytes
-    rest: bytes
+    item: bytes
     status: str  # the resolution's status at the instant
     source_observed_at: datetime
 

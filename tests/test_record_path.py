@@ -182,7 +182,7 @@ async def test_what_repeats_across_a_records_items_is_made_once(graph):
     conn = await asyncpg.connect(url, server_settings={"plan_cache_mode": "force_generic_plan", "jit": "off"})
     try:
         for arxiv_id in hot:
-            rows = [orjson.loads(r["head"] + r["rest"]) for r in await conn.fetch(RECORD, [arxiv_id], at, 100, 100)
+            rows = [orjson.loads(r["item"]) for r in await conn.fetch(RECORD, [arxiv_id], at, 100, 100)
                     if r["direction"]]
             papers = await conn.fetchval(
                 "SELECT count(DISTINCT x) FROM citation_observations AS o, LATERAL (VALUES (o.citing_arxiv_id), "
