@@ -229,8 +229,9 @@ async def _admitted(context: Any, row: Any) -> Any:
         raise SubscriptionError(f"{told.message} (each event costs {price.points} points, the price of its "
                                 "selection)", after=row["position"] - 1, **(told.extensions or {})) from None
     except TimeoutError:
-        raise SubscriptionError("no capacity for this event's work within its deadline", "TIMEOUT",
-                                after=row["position"] - 1) from None
+        # units 0 waits for no slot: only the budget's claim of the points can take this long
+        raise SubscriptionError("this event's points could not be charged within its deadline; resume with "
+                                "`after` shortly", "TIMEOUT", after=row["position"] - 1) from None
 
 
 def _unavailable() -> tuple[type[BaseException], ...]:
