@@ -15,7 +15,7 @@ from pathlib import Path
 import asyncpg
 
 from app.db.pool import Session, connect
-from app.limits import WORKER_HEALTHCHECK_SECONDS
+from app.limits import MAX_WS_MESSAGE_BYTES, WORKER_HEALTHCHECK_SECONDS
 from app.settings import Settings, redact_url
 
 log = logging.getLogger("pith")
@@ -223,6 +223,8 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
                 timeout_keep_alive=75,
                 # Subscription messages are small JSON: compressing each frame costs more than it saves.
                 ws_per_message_deflate=False,
+                # A message at most an HTTP body and its envelope (uvicorn's default is 16 MiB).
+                ws_max_size=MAX_WS_MESSAGE_BYTES,
                 # SIGTERM: requests still running after this are cancelled (their sessions roll back and
                 # release), then the pool closes; the process is gone well within 10 s.
                 timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS)

@@ -10,6 +10,9 @@ from typing import Final
 # --- what one request may ask ---------------------------------------------------------------------
 MAX_BODY_BYTES: Final = 100_000
 MAX_VARIABLES_BYTES: Final = 20_000
+# A WebSocket message carries what an HTTP body does, in the protocol's envelope ({"id", "type", "payload"}):
+# larger is closed 1009 (message too big) by uvicorn as it arrives, never read whole.
+MAX_WS_MESSAGE_BYTES: Final = MAX_BODY_BYTES + 1_000
 MAX_QUERY_STRING_BYTES: Final = 16_000  # longer URLs are refused by many proxies anyway
 # Request line plus headers; more is 431 before the rest is read (a GET may still carry a 16,000-byte
 # query string and its headers).

@@ -323,3 +323,34 @@ async def test_websockets_do_not_use_up_their_address_share_of_connections(datab
         assert status == 200
     finally:
         small.stop()
+
+
+async def test_a_websocket_message_is_bounded_as_a_body_is(server):
+    """A WebSocket message carries a request as a body does: one of a body's size is answered, one past
+    MAX_WS_MESSAGE_BYTES is closed 1009 as it arrives (uvicorn's own default read 16 MiB whole, then the
+    document, for seconds of a worker)."""
+    import websockets
+
+    from app.limits import MAX_WS_MESSAGE_BYTES
+
+    url = server.base.replace("http", "ws") + "/graphql"
+
+    def subscribe(size: int) -> str:
+        core = json.dumps({"id": "1", "type": "subscribe", "payload": {"query": QUERY + " #"}})
+        return core[:-3] + "x" * (size - len(core)) + core[-3:]
+
+    async with websockets.connect(url, subprotocols=["graphql-transport-ws"], max_size=None) as ws:
+        await ws.send(json.dumps({"type": "connection_init"}))
+        assert json.loads(await ws.recv())["type"] == "connection_ack"
+        message = subscribe(MAX_BODY_BYTES)
+        assert len(message) == MAX_BODY_BYTES
+        await ws.send(message)
+        answer = json.loads(await asyncio.wait_for(ws.recv(), 30))
+        assert answer["type"] == "next" and answer["payload"]["data"]["paper"]["arxivId"] == "2402.15627", answer
+    async with websockets.connect(url, subprotocols=["graphql-transport-ws"], max_size=None) as ws:
+        await ws.send(json.dumps({"type": "connection_init"}))
+        assert json.loads(await ws.recv())["type"] == "connection_ack"
+        await ws.send(subscribe(MAX_WS_MESSAGE_BYTES + 1))
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            await asyncio.wait_for(ws.recv(), 30)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009, closed.value
