@@ -96,6 +96,11 @@ def has_surrogate(value: str) -> bool:
 
 
 SEARCH_RULE = "1 to 500 characters of search words (quotes and - work as in web search)"
+# PostgreSQL's websearch_to_tsquery stacks a negation for each - before a word (whatever lies between them:
+# "- - -cat", "-!-!cat") and fails past 32 ("tsquery stack too small", an internal error); a hyphen inside
+# a word ("state-of-the-art") is none.
+MAX_SEARCH_EXCLUSIONS = 32
+_EXCLUSION = re.compile(r"(?<![^\W_])-|-(?![^\W_])")
 
 
 def parse_search_words(value: str) -> str:
@@ -106,4 +111,7 @@ def parse_search_words(value: str) -> str:
         raise BadInput(f"the text contains a NUL character; give {SEARCH_RULE}")
     if has_surrogate(value):
         raise BadInput(f"the text contains a lone UTF-16 surrogate (not a character); give {SEARCH_RULE}")
+    if len(_EXCLUSION.findall(value)) > MAX_SEARCH_EXCLUSIONS:
+        raise BadInput(f"the text has more than {MAX_SEARCH_EXCLUSIONS} - outside words (each excludes the word "
+                       f"after it); give {SEARCH_RULE}")
     return value

@@ -6,7 +6,9 @@ import re
 from urllib.parse import unquote
 
 _PREFIXES = re.compile(r"^(?:https?://(?:dx\.)?doi\.org/|doi:\s*|info:doi/)", re.IGNORECASE)
-_SHAPE = re.compile(r"^10\.\d{4,9}/\S+$")
+# The suffix: printable characters (no space, no control character, no lone UTF-16 surrogate: none can be
+# stored, and no DOI holds one).
+_SHAPE = re.compile(r"^10\.\d{4,9}/[^\s\x00-\x1f\x7f\ud800-\udfff]+$")
 MISSING = {"", "unavailable", "n/a", "na", "none", "null", "0"}
 
 
