@@ -343,9 +343,12 @@ class OperationSession(SchemaExtension):
                 # Closing waits for a cancelled statement to end in PostgreSQL and rolls back; past
                 # SESSION_CLOSE_GRACE the answer goes without waiting (the close goes on in a task of its
                 # own, and the connection returns to the pool when it is done).
+                # (asyncio.timeout, not wait_for: Python 3.11's wait_for loses a cancellation that arrives as
+                # the close ends, and the operation then went on as if its client were still there.)
                 closing = asyncio.ensure_future(opened.close())
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(closing), SESSION_CLOSE_GRACE)
+                    async with asyncio.timeout(SESSION_CLOSE_GRACE):
+                        await asyncio.shield(closing)
 
 
 class RequestPipeline(SchemaExtension):
