@@ -578,6 +578,23 @@ async def test_a_broken_file_stores_nothing_and_says_where(seeded, tmp_path):
         assert "nothing of this import was written" in done.stderr.decode()
     assert pith("import", "retraction-watch", "--partial", str(header_only), url=url).returncode == 0  # an excerpt
     assert await facts(url) == before
+    # A file of another JSON source named as this one: read as this source's, an arXiv record's DOI and title
+    # had become an OpenAlex work with a receipt saying OpenAlex found nothing against it; refused whole, saying
+    # which source the file is (after good records too: nothing of the import is written).
+    arxiv_file = str(DATA / "arxiv-metadata-snapshot-0704.0001-0100.jsonl")
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text((DATA / "openalex-W2755950973.json").read_text().replace("\n", " ") + "\n"
+                     + (DATA / "arxiv-metadata-snapshot-0704.0001-0100.jsonl").read_text().splitlines()[0] + "\n")
+    for source, path, said in (("openalex", arxiv_file, "line 1: an arXiv metadata record"),
+                               ("crossref", arxiv_file, "import arxiv"),
+                               ("arxiv", str(DATA / "openalex-W2755950973.json"), "import openalex"),
+                               ("arxiv", good, "import crossref"), ("openalex", good, "a Crossref work"),
+                               ("crossref", str(DATA / "openalex-W2755950973.json"), "an OpenAlex work"),
+                               ("openalex", str(mixed), "line 2: an arXiv metadata record")):
+        done = pith("import", source, path, url=url)
+        assert done.returncode == 1 and said in done.stderr.decode(), (source, path, done.stderr.decode())
+        assert "nothing of this import was written" in done.stderr.decode()
+    assert await facts(url) == before
     wrong = pith("import", "crossref", "--observed-at", "yesterday", good, url=url)
     assert wrong.returncode == 2 and "--observed-at" in wrong.stderr.decode()
     ahead = pith("import", "crossref", "--observed-at", "2999-01-01T00:00:00Z", good, url=url)  # a typo'd year

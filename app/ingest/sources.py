@@ -181,6 +181,35 @@ class Broken(Exception):
         self.where, self.message = where, message
 
 
+_OPENALEX_ID = re.compile(r"^(?:https://openalex\.org/)?W\d+$", re.IGNORECASE)
+_JSON_SOURCES = {"crossref": "a Crossref work (DOI)", "openalex": "an OpenAlex work (id https://openalex.org/W...)",
+                 "arxiv": "an arXiv metadata record (id and versions)"}
+
+
+def json_source_of(record: Any) -> str | None:
+    """Which JSON source a record is by the keys only that source writes: Crossref's `DOI`, OpenAlex's work id,
+    the arXiv snapshot's `id` with its `versions` (None: none of them, judged field by field as today)."""
+    if not isinstance(record, dict):
+        return None
+    if isinstance(record.get("id"), str) and _OPENALEX_ID.match(record["id"]):
+        return "openalex"
+    if "DOI" in record:
+        return "crossref"
+    if isinstance(record.get("id"), str) and "versions" in record:
+        return "arxiv"
+    return None
+
+
+def refuse_foreign(source: str, record: Any, where: str) -> None:
+    """A record of another JSON source, imported as this one, is refused with its file: read as this source's,
+    its fields would be taken for other facts (an arXiv record's DOI and title for an OpenAlex work's, with a
+    receipt saying OpenAlex found nothing against it), or every record skipped and the import called done."""
+    found = json_source_of(record)
+    if found is not None and found != source and source in _JSON_SOURCES:
+        raise Broken(where, f"{_JSON_SOURCES[found]}, not {_JSON_SOURCES[source].split(' (')[0]}: this file is "
+                            f"imported with `pith-graph import {found}`")
+
+
 # --- reading files ---------------------------------------------------------------------------------
 
 try:  # ISA-L's inflate: the same gzip streams in well under half the time (a Crossref snapshot is mostly that)
@@ -554,6 +583,7 @@ class Importer:
                 if self.only is not None and self._citing_doi(record) not in self.only:
                     continue
                 self.summary.records += 1
+                refuse_foreign(self.source, record, where if isinstance(where, str) else f"line {where}")
                 self.read(record, where)  # (the readers count what they skip; none names a record)
                 if len(self.reports) + len(self.references) + len(self.papers) + len(self.openalex_refs) \
                         + len(self.reference_lists) >= BATCH:
