@@ -114,11 +114,11 @@ class Costing:
             value = value_from_ast_untyped(arg.value, self.variables)
             if value is not Undefined:
                 values[arg.name.value] = value
-        for name in ARGUMENTS:
-            if values.get(name) is not None:
-                refused = out_of_range(name, values[name])
-                if refused is not None:
-                    raise UserInputError(refused, nodes=[field], argument=name)
+        for name, (_, low, _high) in ARGUMENTS.items():
+            if values.get(name) is not None and out_of_range(name, values[name]) is not None:
+                # The field refuses it when it runs (its connection null with the error, its parent and
+                # siblings answered) and does no work: priced as the least it could ask.
+                values[name] = low
         return values
 
     def fields(self, selection_set: SelectionSetNode | None) -> Iterator[FieldNode]:

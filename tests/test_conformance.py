@@ -170,3 +170,20 @@ async def test_no_string_reaches_a_server_error(served, query, value):
     payload = response.json()
     codes = [e.get("extensions", {}).get("code") for e in payload.get("errors", [])]
     assert "INTERNAL_SERVER_ERROR" not in codes, payload
+
+
+@pytest.mark.parametrize("arguments", ["first: 500", "first: 0", "first: -1", "last: 101"])
+async def test_a_connection_with_an_argument_out_of_range_is_null_and_its_siblings_stay(served, arguments):
+    """As a bad cursor: the refused connection is null with its error (its path, the argument, what is
+    allowed), its parent and siblings answered, 200 under the GraphQL media type (a field error, not a
+    request error: pricing takes the least the field could ask, and the field refuses it when it runs)."""
+    query = '{ paper(arxivId: "%s") { arxivId inbound(%s) { totalCount } outbound(first: 1) { totalCount } } }' % (
+        PAPER, arguments)
+    response = await send(served, "POST", {"query": query}, GQL)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    paper = body["data"]["paper"]
+    assert paper["arxivId"] == PAPER and paper["inbound"] is None and paper["outbound"]["totalCount"] >= 0, body
+    (error,) = body["errors"]
+    assert error["path"] == ["paper", "inbound"] and error["extensions"]["code"] == "BAD_USER_INPUT", error
+    assert "allowed 1 to 100" in error["message"] and error["extensions"]["argument"] in ("first", "last"), error
