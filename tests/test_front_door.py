@@ -406,7 +406,9 @@ async def test_malformed_websocket_operations_and_clients_that_leave_early_log_n
            {"id": "4", "payload": {"query": 5}}, {"id": "5", "payload": {"query": "{ a }", "variables": "x"}},
            {"id": "6", "payload": {}}, {"id": "7", "payload": {"extensions": {"persistedQuery": {"version": 1}}}}]
     # Messages that are not an operation's at all: not an object, no type, a stop without its id.
-    envelopes = ["[]", "5", "{}", '{"type": null}', '"text"', '{"type": "foo", "id": "1"}']
+    # And text that is not JSON at all, or nests past what can be read: said why on both protocols (graphql-ws
+    # ignored it, graphql-transport-ws said only that it must be valid JSON).
+    envelopes = ["[]", "5", "{}", '{"type": null}', '"text"', '{"type": "foo", "id": "1"}', "{nope", "[" * 100_000]
     server = LiveServer(empty_database, env={"PITH_ENV": "production"})
     url = server.base.replace("http", "ws") + "/graphql"
 
@@ -436,13 +438,16 @@ async def test_malformed_websocket_operations_and_clients_that_leave_early_log_n
             with pytest.raises(websockets.ConnectionClosed) as closed:
                 await asyncio.wait_for(ws.recv(), 30)
             assert closed.value.rcvd.code == 4400 and closed.value.rcvd.reason, (raw, closed.value.rcvd)
+            if raw.startswith(("{n", "[[")):
+                assert "not valid JSON (" in closed.value.rcvd.reason, closed.value.rcvd
             ws = await opened("graphql-ws")
-            for message in (raw, '{"type": "stop"}'):
+            for message in (raw, '{"type": "stop"}', '{"type": "connection_init", "payload": "x"}'):
                 await ws.send(message)
                 async with asyncio.timeout(30):
                     while (answer := json.loads(await ws.recv()))["type"] == "ka":
                         pass
                 assert answer["type"] == "connection_error" and answer["payload"]["message"], (message, answer)
+                assert answer["payload"]["extensions"]["code"] == "BAD_REQUEST", answer
             await ws.close()
         # A number past 4,300 digits (int() refuses it) in the variables: the variable's refusal, both protocols.
         huge = '{"id": "h", "type": "%s", "payload": {"query": "subscription($n: String!) { citationAdded(arxivId: $n) { cursor } }", ' \
@@ -598,8 +603,8 @@ async def test_a_document_the_text_refuses_is_never_parsed_and_is_charged(budget
 
 @pytest.mark.parametrize("protocol", ["graphql-transport-ws", "graphql-ws"])
 async def test_subscriptions_past_a_connections_limit_are_charged_like_any_refusal(empty_database, protocol):
-    """Strawberry refuses a subscription past the connection's limit itself, before any operation runs: each such
-    refusal still costs its client a point."""
+    """A subscription past the connection's limit is refused before any operation runs, saying the limit, with
+    its code: each such refusal still costs its client a point."""
     import websockets
 
     from app.limits import MAX_SUBSCRIPTIONS_PER_CONNECTION
@@ -629,9 +634,15 @@ async def test_subscriptions_past_a_connections_limit_are_charged_like_any_refus
                     while True:
                         message = json.loads(await asyncio.wait_for(ws.recv(), 30))
                         if message.get("id") == f"x{i}":
-                            refused.append(json.dumps(message))
+                            refused.append(message)
                             break
-                assert all("Subscription limit reached" in m for m in refused), refused[:2]
+                # Said with its limit and a code, as every error of every transport (not Strawberry's bare
+                # "Subscription limit reached").
+                for message in refused:
+                    assert message["type"] == "error", message
+                    (error,) = message["payload"] if isinstance(message["payload"], list) else [message["payload"]]
+                    assert f"limit of {MAX_SUBSCRIPTIONS_PER_CONNECTION} operations" in error["message"], error
+                    assert error["extensions"]["code"] == "BAD_USER_INPUT" and error["extensions"]["requestId"]
             after, hour_after = used()
             if hour_after == hour:
                 break

@@ -100,15 +100,27 @@ class WellFormedMultipart(MultipartSubscriptionTransport):
         return {"Content-Type": f'multipart/mixed; boundary="{self.separator}"; subscriptionSpec="1.0"'}
 
 
-async def _charge_past_the_limit(handler: Any, running: int) -> None:
-    """A subscription the protocol refuses for the connection's limit is a refused request like any other: a point
-    of its client's hour (Strawberry sends the refusal itself, before any operation runs)."""
+def _error(message: str, code: str) -> Any:
+    """An error as an operation's WebSocket error message carries it: with its code and the request id, as
+    every error of every transport."""
+    from app.logs import request_id
+
+    return {"message": message, "extensions": {"code": code, "requestId": request_id.get()}}
+
+
+async def _past_the_limit(handler: Any, running: int) -> Any:
+    """The error for an operation past the connection's limit of operations at once (None: within it),
+    said here rather than as Strawberry's bare "Subscription limit reached"; a refused request like any
+    other, it costs a point of its client's hour."""
     from app.pipeline import charge_refusal
 
     limit = handler.max_subscriptions_per_connection
-    if limit is not None and running >= limit:
-        context = handler.context
-        await charge_refusal(getattr(context, "governor", None), getattr(context, "client", None))
+    if limit is None or running < limit:
+        return None
+    context = handler.context
+    await charge_refusal(getattr(context, "governor", None), getattr(context, "client", None))
+    return _error(f"this connection holds its limit of {limit} operations at once; complete some (or wait for "
+                  "them to end), or open another connection", "BAD_USER_INPUT")
 
 
 def _malformed(message: Any) -> str | None:
@@ -129,9 +141,20 @@ def _malformed(message: Any) -> str | None:
     return None
 
 
+class NotJSON:
+    """A WebSocket message that is not JSON, and why (GraphQLView.decode_json): Strawberry closes
+    graphql-transport-ws with a fixed reason and lets graphql-ws ignore it; each protocol's handler says why
+    instead (4400 with the reason; graphql-ws's connection_error, as its reference server answers)."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
 def _envelope_problem(message: Any) -> str | None:
     """What is wrong with a WebSocket message's envelope, for either protocol: None when it is an object
     with a string `type` (its handler judges the rest)."""
+    if isinstance(message, NotJSON):
+        return f"the message is not valid JSON ({message.reason})"
     if not isinstance(message, dict):
         return "a message must be a JSON object ({\"type\": ..., ...})"
     if not isinstance(message.get("type"), str):
@@ -153,7 +176,10 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[Context, None]):
             await self.handle_invalid_message(problem)
             return
         if self.connection_acknowledged and message["id"] not in self.operations:
-            await _charge_past_the_limit(self, len(self.operations))
+            refused = await _past_the_limit(self, len(self.operations))
+            if refused is not None:
+                await self.send_message(cast(Any, {"id": message["id"], "type": "error", "payload": [refused]}))
+                return
         await super().handle_subscribe(message)
 
     async def handle_task_exception(self, error: Exception) -> None:
@@ -174,8 +200,11 @@ class WSHandler(BaseGraphQLWSHandler[Context, None]):
         if problem is None and message["type"] not in _GRAPHQL_WS_TYPES:
             problem = (f"unknown message type {message['type'][:40]!r}; graphql-ws sends "
                        + ", ".join(sorted(_GRAPHQL_WS_TYPES)))
+        if problem is None and message["type"] == "connection_init" and not isinstance(message.get("payload"),
+                                                                                        (dict, type(None))):
+            problem = "connection_init's payload must be an object (its connection parameters) or absent"
         if problem is not None:
-            await self.send_message({"type": "connection_error", "payload": {"message": problem}})  # type: ignore
+            await self.send_message({"type": "connection_error", "payload": _error(problem, "BAD_REQUEST")})  # type: ignore
             return
         await super().handle_message(message)
 
@@ -184,10 +213,13 @@ class WSHandler(BaseGraphQLWSHandler[Context, None]):
         if problem is not None:  # (graphql-ws has no close code for it: an error for the operation, if it has an id)
             operation = message.get("id")
             await self.send_message(ErrorMessage(type="error", id=operation if isinstance(operation, str) else "",
-                                                 payload={"message": problem}))
+                                                 payload=_error(problem, "BAD_REQUEST")))
             return
         if self.connection_acknowledged and message["id"] not in self.tasks:
-            await _charge_past_the_limit(self, len(self.tasks))
+            refused = await _past_the_limit(self, len(self.tasks))
+            if refused is not None:
+                await self.send_message(ErrorMessage(type="error", id=message["id"], payload=refused))
+                return
         await super().handle_start(message)
 
     async def handle_async_results(self, *args: Any, **kwargs: Any) -> None:
@@ -201,8 +233,19 @@ class GraphQLView(StrawberryGraphQL[Context, None]):
     rule follows PITH_CORS_ORIGINS (same origin only when none is configured)."""
 
     def decode_json(self, data: str | bytes) -> object:
-        """Every JSON the view reads (WebSocket messages here, HTTP bodies in parse_http_body): app.http.loads."""
-        return http.loads(data)
+        """Every JSON the view reads (WebSocket messages here, HTTP bodies in parse_http_body): app.http.loads;
+        a message that is not JSON, as NotJSON (the protocol's handler refuses it, saying why)."""
+        try:
+            return http.loads(data)
+        except ValueError as exc:
+            return NotJSON(exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc))
+
+    def parse_json(self, data: str | bytes) -> Any:
+        """Strawberry's reading of a JSON part of an HTTP request (this view reads its own: parse_http_body)."""
+        value = self.decode_json(data)
+        if isinstance(value, NotJSON):
+            raise HTTPException(400, f"not valid JSON ({value.reason})")
+        return value
 
     graphql_transport_ws_handler_class = TransportWSHandler
     graphql_ws_handler_class = WSHandler
