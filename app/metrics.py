@@ -83,7 +83,8 @@ for _reason in REASONS.values():  # every reason shows, at 0 until it happens
     REFUSED.labels(_reason)
 _REASON_NAMES = frozenset(REASONS.values())
 REQUEST_ERROR_CODES = {"GRAPHQL_PARSE_FAILED", "GRAPHQL_VALIDATION_FAILED", "BAD_USER_INPUT",
-                       "OPERATION_RESOLUTION_FAILURE", "OPERATION_NOT_SUPPORTED", "BAD_REQUEST"}
+                       "OPERATION_RESOLUTION_FAILURE", "OPERATION_NOT_SUPPORTED", "BAD_REQUEST",
+                       "QUERY_TOO_COMPLEX", "PAYLOAD_TOO_LARGE", "UNSUPPORTED_MEDIA_TYPE", "PERSISTED_QUERY_NOT_FOUND"}
 
 
 class _Names:

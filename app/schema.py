@@ -452,6 +452,7 @@ class Schema(strawberry.Schema):
         """The one place an error is logged (before the masking policy replaces what clients see)."""
         import asyncpg
 
+        from app.db.pool import DeadlinePassed
         from app.pipeline import STATEMENT_TIMEOUTS, UNAVAILABLE, bad_literal, request_error_code
 
         for error in errors:
@@ -463,6 +464,8 @@ class Schema(strawberry.Schema):
                 log.warning("query cancelled (statement timeout) at %s", error.path)
             elif isinstance(original, UNAVAILABLE):
                 log.warning("database unavailable at %s: %s", error.path, type(original).__name__)
+            elif isinstance(original, DeadlinePassed):  # the request's time spent before it could wait: said
+                log.warning("deadline passed at %s: %s", error.path, original)  # as TIMEOUT (masked)
             elif isinstance(original, asyncpg.InvalidSQLStatementNameError):
                 log.error("prepared statement lost at %s: behind a pooler in transaction mode, set "
                           "PITH_DB_PREPARED_STATEMENTS=0", error.path)

@@ -218,3 +218,16 @@ def test_console_traces_over_http_link_access_lines_and_spans_by_ids(database_ur
     assert not any("/healthz" in s["name"] for s in spans)
     page_line = next(e for e in access if e["logger"] == "pith.access" and e["path"] == "/paper/2402.15627")
     assert any(s["context"]["trace_id"] == "0x" + page_line["trace_id"] for s in spans)
+
+
+def test_a_request_refused_as_written_is_counted_invalid_not_an_error():
+    """The operations counter's `error` outcome is the one to alert on (field errors, unexpected failures): a
+    document past a shape limit, a body too large, an APQ miss (the protocol's first step) are the client's
+    request refused as written."""
+    from app.metrics import outcome
+
+    for code in ("QUERY_TOO_COMPLEX", "PAYLOAD_TOO_LARGE", "PERSISTED_QUERY_NOT_FOUND", "GRAPHQL_VALIDATION_FAILED",
+                 "BAD_USER_INPUT", "UNSUPPORTED_MEDIA_TYPE"):
+        assert outcome([code]) == "invalid", code
+    assert outcome(["QUERY_TOO_COSTLY"]) == "too_costly" and outcome(["TIMEOUT"]) == "timeout"
+    assert outcome(["INTERNAL_SERVER_ERROR"]) == "error" and outcome([]) == "ok"

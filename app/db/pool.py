@@ -75,8 +75,8 @@ def acquire_timeout(bound: float | None = None) -> float:
     if deadline is None:
         return bound
     left = deadline - asyncio.get_running_loop().time()
-    if left <= 0:
-        raise DeadlinePassed("the request's deadline passed while it waited for a database connection")
+    if left <= 0:  # (spent before: reading its document, waiting its turn)
+        raise DeadlinePassed("the request's deadline passed before it could take a database connection")
     return min(bound, left)
 
 
