@@ -187,3 +187,15 @@ async def test_a_connection_with_an_argument_out_of_range_is_null_and_its_siblin
     (error,) = body["errors"]
     assert error["path"] == ["paper", "inbound"] and error["extensions"]["code"] == "BAD_USER_INPUT", error
     assert "allowed 1 to 100" in error["message"] and error["extensions"]["argument"] in ("first", "last"), error
+
+
+async def test_a_method_a_path_does_not_take_is_405_with_allow_in_the_paths_error_shape(served):
+    for method in ("PUT", "DELETE", "PATCH"):
+        response = await served.client.request(method, "/graphql", content=b"{}")
+        assert response.status_code == 405, response.text
+        assert {"GET", "POST"} <= {m.strip() for m in response.headers["allow"].split(",")}, response.headers
+        (error,) = response.json()["errors"]
+        assert error["extensions"]["code"] == "METHOD_NOT_ALLOWED" and method in error["message"], error
+    response = await served.client.post("/healthz")
+    assert response.status_code == 405 and "GET" in response.headers["allow"], response.headers
+    assert "POST is not allowed here" in response.json()["error"]["message"], response.text

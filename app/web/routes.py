@@ -567,4 +567,16 @@ def graphiql_link(arxiv_id: str) -> str:
 
 
 async def not_found(request: Request, exc: HTTPException) -> Response:
-    return error_for(request, exc.status_code, exc.detail or "not found")
+    """404 and 405 as every error of its path is said (the GraphQL shape on /graphql), with the headers
+    Starlette gave it (a 405's Allow: the methods the path takes)."""
+    allowed = (exc.headers or {}).get("Allow")
+    message = f"{request.method} is not allowed here; use {allowed}" if exc.status_code == 405 and allowed \
+        else exc.detail or "not found"
+    if wants_html(request):
+        response = error_for(request, exc.status_code, message)
+    else:
+        from app.http import error_response
+
+        response = error_response(exc.status_code, message, request.url.path)
+    response.headers.update(exc.headers or {})
+    return response
