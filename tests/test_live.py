@@ -343,6 +343,7 @@ async def test_multipart_http_subscriptions(fifth_of_august):
                 assert response.status_code == 200
                 # One media type, its parameters quoted as the incremental-delivery spec writes them.
                 assert response.headers["content-type"] == 'multipart/mixed; boundary="graphql"; subscriptionSpec="1.0"'
+                assert response.headers["cache-control"] == "no-cache, no-transform", response.headers
                 buffer = ""
                 async for chunk in response.aiter_text():
                     buffer += chunk

@@ -97,7 +97,10 @@ class WellFormedMultipart(MultipartSubscriptionTransport):
 
     @property
     def headers(self) -> dict[str, str]:
-        return {"Content-Type": f'multipart/mixed; boundary="{self.separator}"; subscriptionSpec="1.0"'}
+        # (and, as Strawberry's SSE transport says of its own stream, no cache keeps it and nginx does not
+        # buffer its parts)
+        return {"Content-Type": f'multipart/mixed; boundary="{self.separator}"; subscriptionSpec="1.0"',
+                "Cache-Control": "no-cache, no-transform", "X-Accel-Buffering": "no"}
 
 
 def _error(message: str, code: str) -> Any:
