@@ -371,6 +371,7 @@ class RequestPipeline(SchemaExtension):
         self.actual: int | None = None
         self.front_seconds = 0.0  # parse and validation, measured
         self.charged = False  # a refusal's parse and validation charged
+        self.charged_points: int | None = None  # ... at so many points (extensions.cost.points says it)
         self.refused: TextRefused | None = None  # refused from its text, unparsed
 
     async def on_operation(self):  # type: ignore[override]
@@ -397,7 +398,9 @@ class RequestPipeline(SchemaExtension):
         sent (so the client's next request sees it)."""
         if not self.charged:
             self.charged = True
-            await charge_refused(self.execution_context.context, self.front_units())
+            units = self.front_units()
+            self.charged_points = Price(0, units).points
+            await charge_refused(self.execution_context.context, units)
 
     def front_units(self) -> int:
         """Work units of this operation's parse and validation (measured; 0 when both came from the caches):
@@ -575,4 +578,7 @@ class RequestPipeline(SchemaExtension):
 
     def get_results(self) -> dict[str, Any]:
         context = self.execution_context.context
-        return {"cost": cost_extension(self.price, self.actual, getattr(context, "session", None))}
+        cost = cost_extension(self.price, self.actual, getattr(context, "session", None))
+        if self.charged_points is not None:  # refused: what it was charged, not what it would have cost
+            cost["points"] = self.charged_points
+        return {"cost": cost}

@@ -301,6 +301,10 @@ async def test_every_refused_document_is_charged_and_an_exhausted_client_is_refu
         assert answer.status_code in (200, 400), answer.text[:200]
         now = remaining(answer)
         assert now <= left - 1, (document[:30], left, now)  # at least a point each
+        # and its extensions.cost says what it was charged (not null, not what it would have cost)
+        cost = answer.json().get("extensions", {}).get("cost")
+        if cost is not None:
+            assert cost["points"] is not None and 1 <= cost["points"] <= left - now, (document[:30], cost, left, now)
         left = now
     while left > 0:  # spend the rest with refused documents
         answer = await client.post("/graphql", json={"query": "{ nope }"})
