@@ -171,6 +171,10 @@ async def test_the_cli_adds_a_sample_citation_that_subscribers_receive_spliceabl
     citers = {json.loads(__import__("base64").urlsafe_b64decode(e["cursor"] + "==="))[1] for e in inbound["edges"]}
     assert len({c for c in citers if c.endswith(tuple(f"9000{i}" for i in (1, 2)))}) == 2, citers
     await sub.close()
+    # Made up, and said so wherever a source is shown.
+    evidence = httpx.get(server.base + "/evidence", headers={"accept": "application/json"}, timeout=30).json()
+    made_up = [s for s in evidence["sources"] if s["source"] == "synthetic_sample"]
+    assert made_up and all(s["synthetic"] for s in made_up), evidence
     refused = await asyncio.to_thread(pith_graph, "sample-citation", "0704.00001", url=url)
     assert refused.returncode == 1 and b"no paper 0704.00001 is known" in refused.stderr
     bad = await asyncio.to_thread(pith_graph, "sample-citation", "nonsense", url=url)

@@ -4,7 +4,9 @@ work on the bundled sample, or on any database.
 
 The citing paper is a made-up one (`YYMM.9NNNN` of the current month, the first free number, unless
 named), with one snapshot as of now and one reference to the paper, resolved `verified_exact` by the
-resolver `sample` to the work the paper's other citations link to (none when it has none).
+resolver `synthetic_sample` to the work the paper's other citations link to (none when it has none). Its
+source is named as generated data's are (loaders.rows.is_synthetic): /evidence and Provenance.synthetic say
+it is made up, never a real observation.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import asyncpg
 
 from app.ingest.store import ImportRejected, Loader
 
-SOURCE = "sample"
+SOURCE = "synthetic_sample"
 
 
 @dataclass(frozen=True)
