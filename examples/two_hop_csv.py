@@ -12,7 +12,7 @@ import argparse
 import csv
 import sys
 
-from graphql_client import query
+from graphql_client import TooCostly, query
 
 QUERY = """
 query TwoHop($id: String!, $perPaper: Int!, $asOf: DateTime) {
@@ -41,12 +41,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url", default="http://127.0.0.1:8000/graphql")
     parser.add_argument("--as-of", help="UTC instant, e.g. 2026-08-09T12:00:00Z (default: now)")
     parser.add_argument("--per-paper", type=int, default=50, help=(
-        "edges followed per paper (1 to 100; past about 60 a two-hop walk with these fields is priced over the "
-        "per-operation limit)"))
+        "edges followed per paper (1 to 100); when the server prices the walk over its per-operation limit (a "
+        "paper with many citers), fewer are asked, halving until it is admitted, and stderr says so"))
     args = parser.parse_args(argv)
 
-    hood = query(args.url, QUERY, {"id": args.arxiv_id, "perPaper": args.per_paper,
-                                   "asOf": args.as_of})["neighbourhood"]
+    per_paper = args.per_paper
+    while True:
+        try:
+            hood = query(args.url, QUERY, {"id": args.arxiv_id, "perPaper": per_paper,
+                                           "asOf": args.as_of})["neighbourhood"]
+            break
+        except TooCostly as refused:  # the server says how much it takes at once: ask for less
+            if per_paper == 1:
+                print(f"error: {refused}", file=sys.stderr)
+                return 1
+            per_paper = max(1, per_paper // 2)
+            print(f"note: priced over the server's limit; following {per_paper} edges per paper", file=sys.stderr)
     if hood is None:
         print(f"error: no paper {args.arxiv_id} at that instant", file=sys.stderr)
         return 1
