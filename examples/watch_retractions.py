@@ -13,7 +13,22 @@ import json
 import websockets
 
 QUERY = """subscription($id: String!, $after: String) { standingChanged(arxivId: $id, after: $after) {
-  cursor event { eventType source reportedAt noticeDoi } observation { referenceIndex citedWork { title doi } } } }"""
+  cursor standing endedAt event { eventType source reportedAt noticeDoi }
+  observation { referenceIndex citedWork { title doi } } } }"""
+
+
+def describe(change: dict) -> str:
+    """One line for a change: a notice that now counts, or one that ended (a source no longer reports it)."""
+    event, reference = change["event"], change["observation"]
+    work = reference["citedWork"] or {}
+    cited = work.get("title") or work.get("doi") or "a work"
+    where = f"reference {reference['referenceIndex']}" if reference["referenceIndex"] is not None else "a reference"
+    if change["standing"]:
+        what = f"{event['eventType']} of {where} ({cited}) reported by {event['source']}"
+    else:
+        what = f"{event['eventType']} of {where} ({cited}) ended at {change['endedAt']} ({event['source']} no " \
+               "longer reports it)"
+    return f"{what}; cursor {change['cursor']}"
 
 
 async def watch(url: str, arxiv_id: str, after: str | None) -> None:
@@ -25,11 +40,7 @@ async def watch(url: str, arxiv_id: str, after: str | None) -> None:
         async for raw in ws:
             message = json.loads(raw)
             if message["type"] == "next" and "data" in message["payload"]:
-                change = message["payload"]["data"]["standingChanged"]
-                event, reference = change["event"], change["observation"]
-                print(f"{event['eventType']} of reference {reference['referenceIndex']} "
-                      f"({reference['citedWork']['title']}) reported by {event['source']}; cursor {change['cursor']}",
-                      flush=True)
+                print(describe(message["payload"]["data"]["standingChanged"]), flush=True)
             elif message["type"] in ("error", "complete") or message["payload"].get("errors"):
                 raise SystemExit(f"subscription ended: {message.get('payload')}")
 

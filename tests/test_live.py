@@ -405,6 +405,22 @@ async def test_the_retraction_watcher_example(fifth_of_august, later_documents):
         await watcher.wait()
 
 
+async def test_the_retraction_watcher_says_when_a_notice_ended():
+    """A standingChanged event whose notice ended (standing false: the source no longer reports it) is said
+    as an end, not as a new notice; a reference without an index is not printed as "None"."""
+    import runpy
+
+    from tests.conftest import ROOT
+
+    describe = runpy.run_path(str(ROOT / "examples" / "watch_retractions.py"), run_name="example")["describe"]
+    change = {"cursor": "c", "standing": False, "endedAt": "2026-12-01T00:00:00Z",
+              "event": {"eventType": "CORRECTION", "source": "retraction_watch", "reportedAt": None, "noticeDoi": None},
+              "observation": {"referenceIndex": None, "citedWork": {"title": "A study", "doi": "10.1/x"}}}
+    line = describe(change)
+    assert "ended at 2026-12-01T00:00:00Z" in line and "None" not in line and "reported by" not in line, line
+    assert "reported by retraction_watch" in describe({**change, "standing": True, "endedAt": None})
+
+
 async def test_subscriptions_per_connection_are_limited(fifth_of_august):
     from app.limits import MAX_SUBSCRIPTIONS_PER_CONNECTION
 
