@@ -235,6 +235,10 @@ class Costing:
             return
         observations = own.inbound + own.outbound
         instead = []
+        if name == "timeline":  # a shorter page: each entry is a record built (a tenth left for the rest asked)
+            fits = [n for n in range(1, (args.get("first") or 100)) if self.work(name, args, n) <= MAX_COST * 0.9]
+            if fits:
+                instead.append(f"a shorter page (timeline(first: {fits[-1]}) or fewer, then after: its endCursor)")
         if name == "timeline" and diff_units(own, 100) <= MAX_COST:
             instead.append(f"recordDiff(arxivId: \"{arxiv_id}\", from:, to:, maxChanges:) for what changed in a "
                            "window")

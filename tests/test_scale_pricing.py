@@ -260,3 +260,22 @@ async def test_the_bulk_route_refuses_what_it_cannot_answer(hub_graph):
     body = await served.graphql('query($id: String!) { paper(arxivId: $id) { outbound { totalCount } } }',
                                 {"id": ordinary[0]})
     assert len(rows) == body["data"]["paper"]["outbound"]["totalCount"]
+
+
+async def test_a_timeline_over_the_limit_is_told_the_page_that_fits():
+    """A paper whose 100-entry timeline is over the limit but a shorter page is not (a few thousand
+    observations): the refusal names the page size that fits, and that page is admitted."""
+    from graphql import parse
+
+    from app.cost import DataScale, PaperSize, operation_price, refusal
+    from app.schema import schema
+
+    query = ('{ paper(arxivId: "1501.00002") { timeline(first: 100) { edges { cursor node { at kinds contextDigest } }'
+             ' pageInfo { hasNextPage endCursor } } } }')
+    sizes = {"1501.00002": PaperSize(inbound=4_164, outbound=58)}
+    refused = refusal(operation_price(schema._schema, parse(query), None, {}, DataScale(), sizes=sizes))
+    assert refused is not None and "timeline(first: " in refused.message, refused
+    fits = int(refused.message.split("timeline(first: ")[1].split(")")[0])
+    assert 1 <= fits < 100
+    shorter = query.replace("first: 100", f"first: {fits}")
+    assert refusal(operation_price(schema._schema, parse(shorter), None, {}, DataScale(), sizes=sizes)) is None
