@@ -187,6 +187,10 @@ class Costing:
                            sum(first_hop * per_paper ** (h - 1) for h in range(1, depth + 1)))
             elif name == "changes":
                 size = self.max_changes
+            elif name == "externalCitationMeasurements":  # one a source (no cap on the list: the data's; two
+                size = self.scale.current.measurement_sources + 2  # more: a rare one the statistics' sample missed)
+            elif name == "byYear":  # a count's years, as its source gave them (OpenAlex: the recent ones)
+                size = MEASURED_YEARS
             own = multiplier * size
             if name in LISTS or name in ("papers", "nodes", "neighbourhood") and self.root:
                 nodes += own
@@ -295,6 +299,8 @@ class Costing:
                     + 2 * min(own.inbound, YEARS))
         if name in ("standingNotice", "standing", "digest"):
             return PRICES["standing"]
+        if name in ("externalCitationMeasurements", "byYear"):  # a row read for each item
+            return size
         return 0
 
 
@@ -329,6 +335,7 @@ DIFF_STATEMENTS: Final = 7
 CITATIONS_BY_YEAR_STATEMENTS: Final = 2
 RECORD_UNCAPPED_SHARE: Final = 16
 YEARS: Final = 100  # years a paper's citers were submitted in, at most
+MEASURED_YEARS: Final = 15  # years of a source's count by year (OpenAlex's counts_by_year: the last ten or so)
 RECORD_CAP: Final = 100  # loaders.rows.Caps: the observations a served record itemizes on each side
 
 
@@ -368,6 +375,7 @@ class Scale:
 
     max_degree: int = 20_000
     papers: int = MAX_NEIGHBOURHOOD_PAPERS
+    measurement_sources: int = 10  # the sources counting citations: a paper's or a work's measurements, one each
 
 
 @dataclass
@@ -383,7 +391,7 @@ class DataScale:
 
 async def data_scale(conn: Any) -> Scale:
     """The data's scale for pricing, from PostgreSQL's statistics (exact counts while the tables are small)."""
-    from loaders.system import EXACT_DEGREE, EXACT_SCALE, SCALE_ESTIMATE, SMALL
+    from loaders.system import EXACT_DEGREE, EXACT_MEASUREMENT_SOURCES, EXACT_SCALE, SCALE_ESTIMATE, SMALL
 
     row = await conn.fetchrow(SCALE_ESTIMATE)
     degree, observations, snapshots = row["max_degree"], row["observations"], row["snapshots"]
@@ -393,9 +401,13 @@ async def data_scale(conn: Any) -> Scale:
         observations = exact["observations"] if observations is None or observations < 0 else observations
         if degree is None and observations <= SMALL:
             degree = await conn.fetchval(EXACT_DEGREE) or 0
+    sources = row["measurement_sources"]
+    if sources is None:  # no statistics yet (a new table): counted, as small as it then is
+        sources = await conn.fetchval(EXACT_MEASUREMENT_SOURCES)
     default = Scale()
     return Scale(max_degree=max(100, int(degree)) if degree is not None else default.max_degree,
-                 papers=max(1, min(int(snapshots), MAX_NEIGHBOURHOOD_PAPERS)) if snapshots > 0 else 1)
+                 papers=max(1, min(int(snapshots), MAX_NEIGHBOURHOOD_PAPERS)) if snapshots > 0 else 1,
+                 measurement_sources=max(1, int(sources or 0)))
 
 
 _LEAVES = frozenset({str, int, float, bool, type(None)})

@@ -34,7 +34,13 @@ SELECT (SELECT max(f * c.reltuples)::bigint
          WHERE s.tablename = 'citation_observations' AND s.attname IN ('cited_arxiv_id', 'citing_arxiv_id')
            AND c.relname = 'citation_observations' AND c.reltuples >= 0) AS max_degree,
        (SELECT reltuples::bigint FROM pg_class WHERE relname = 'citation_observations') AS observations,
-       (SELECT reltuples::bigint FROM pg_class WHERE relname = 'paper_snapshots') AS snapshots
+       (SELECT reltuples::bigint FROM pg_class WHERE relname = 'paper_snapshots') AS snapshots,
+       -- the sources counting citations (n_distinct: a count, or minus a fraction of the rows)
+       (SELECT max(CASE WHEN s.n_distinct >= 0 THEN s.n_distinct ELSE -s.n_distinct * greatest(c.reltuples, 0) END)
+               ::bigint
+          FROM pg_stats AS s JOIN pg_class AS c ON c.relname = s.tablename
+         WHERE s.tablename IN ('external_measurements', 'work_measurements') AND s.attname = 'source'
+           AND s.schemaname = current_schema()) AS measurement_sources
 """
 SMALL: Final = 200_000  # rows that are counted exactly when statistics are missing
 EXACT_SCALE: Final = f"""
@@ -44,6 +50,10 @@ SELECT (SELECT count(*) FROM (SELECT 1 FROM paper_snapshots LIMIT {SMALL + 1}) A
 EXACT_DEGREE: Final = """
 SELECT greatest((SELECT max(n) FROM (SELECT count(*) AS n FROM citation_observations GROUP BY cited_arxiv_id) a),
                 (SELECT max(n) FROM (SELECT count(*) AS n FROM citation_observations GROUP BY citing_arxiv_id) b))
+"""
+EXACT_MEASUREMENT_SOURCES: Final = """
+SELECT greatest((SELECT count(DISTINCT source) FROM external_measurements),
+                (SELECT count(DISTINCT source) FROM work_measurements))
 """
 # Each paper's size (observations in and out), for an operation's price, read on its own session.
 PAPER_SIZES: Final = """

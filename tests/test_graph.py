@@ -272,12 +272,14 @@ def error_of(body: dict) -> dict:
 
 @pytest.mark.parametrize("first", [0, 101, -1, 100000000])
 async def test_first_out_of_range(graph, first):
+    """The connection is refused (null, its error on its path) before any of its statements: no page, no count."""
     graph.statements.clear()
     body = await graph.graphql(INBOUND_PAGE, {"id": HUB, "first": first})
     error = error_of(body)
-    assert error["extensions"]["code"] == "BAD_USER_INPUT"
+    assert error["extensions"]["code"] == "BAD_USER_INPUT" and error["path"] == ["paper", "inbound"], error
     assert "1 to 100" in error["message"]
-    assert graph.statements.counted == []
+    assert body["data"]["paper"] == {"inbound": None}, body
+    assert not any("citation_observations" in sql for sql in graph.statements.counted), graph.statements.counted
 
 
 async def test_too_many_ids(graph):

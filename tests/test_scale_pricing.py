@@ -279,3 +279,22 @@ async def test_a_timeline_over_the_limit_is_told_the_page_that_fits():
     assert 1 <= fits < 100
     shorter = query.replace("first: 100", f"first: {fits}")
     assert refusal(operation_price(schema._schema, parse(shorter), None, {}, DataScale(), sizes=sizes)) is None
+
+
+async def test_measurements_are_priced_at_least_the_work_they_do(hub_graph):
+    """A paper's externalCitationMeasurements is a list with no cap of its own (one a source that counted it):
+    priced by the sources the data holds (its statistics), each item a row and an object, so a hundred
+    papers' measurements are not admitted at half their work."""
+    served, url, _ = hub_graph
+    conn = await asyncpg.connect(url)
+    try:
+        ids = [r[0] for r in await conn.fetch("SELECT DISTINCT arxiv_id FROM external_measurements ORDER BY 1 LIMIT 100")]
+    finally:
+        await conn.close()
+    assert len(ids) == 100
+    for selection in ("source count observedAt", "source count observedAt byYear { year count }"):
+        body = await served.graphql('query($ids: [String!]!) { papers(arxivIds: $ids) { externalCitationMeasurements '
+                                    '{ %s } } }' % selection, {"ids": ids})
+        assert "errors" not in body, body
+        assert sum(len(p["externalCitationMeasurements"]) for p in body["data"]["papers"]) > 150
+        assert cost(body)["requested"] >= cost(body)["actual"], (selection, cost(body))

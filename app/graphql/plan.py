@@ -43,7 +43,7 @@ from app.db.pool import ACQUIRE_SECONDS, DeadlinePassed, StatementTimeout, acqui
 from app.errors import deadline_error
 from app.governor import Client, RateLimited, Unauthenticated
 from app.limits import MAX_TOKENS, MAX_VARIABLES_BYTES
-from app.pipeline import cost_extension, masked, report, settle
+from app.pipeline import charge_refusal, cost_extension, masked, report, settle
 from app.timeparse import answered_as_of, is_pinned, now_as_of
 
 _MAX_PLANS = 1024
@@ -176,10 +176,11 @@ async def answered(state: State, request: Request, client: Client) -> Response |
         ticket = await governor.admit(client, price.points, price.units, within=settings.request_timeout)
     except (Unauthenticated, RateLimited):
         return None  # the pipeline refuses it, in its words
-    except TimeoutError:  # no slot within the deadline: answered as the pipeline answers it (not waited again)
+    except TimeoutError:  # no slot within the deadline: answered and charged as the pipeline answers and charges
+        await charge_refusal(governor, client)  # it (a refusal: a point; not waited for again)
         result = ExecutionResult(data=None, errors=[deadline_error(settings.request_timeout or 0)])
-        result.extensions = {"cost": cost_extension(price, None, _Statements(0))}
-        _told(state, operation, result, 0, None, price.points, started)
+        result.extensions = {"cost": {**cost_extension(price, None, _Statements(0)), "points": Price(0, 0).points}}
+        _told(state, operation, result, 0, None, Price(0, 0).points, started)
         return state.respond(result, media)
     except Exception:  # noqa: BLE001 - the database away: the pipeline answers
         return None
