@@ -346,9 +346,16 @@ class GraphQLView(StrawberryGraphQL[Context, None]):
             self.state.settings.graphiql or "query" not in request.query_params)
 
     async def render_graphql_ide(self, request: Request) -> Response:
-        if not self.state.settings.graphiql:
-            raise Answer(http.transport_error(404, "GraphiQL is off (PITH_ENV=production; PITH_GRAPHIQL=1 turns "
-                                                   "it on); send GraphQL requests to this URL", "NOT_FOUND"))
+        if not self.state.settings.graphiql:  # (a browser, from the pages' links): how to call the API instead;
+            from starlette.responses import HTMLResponse  # no word of the server's settings to a visitor
+
+            from app.web.layout import page
+
+            body = ("<h1>The GraphQL API</h1><p>This server does not serve GraphiQL. Send GraphQL requests to this "
+                    "URL: <code>POST</code> with <code>Content-Type: application/json</code> and the body "
+                    "<code>{\"query\": \"...\", \"variables\": {...}}</code>, or <code>GET ?query=...</code> for a "
+                    "query.</p><p><a href=\"/\">Search the citation graph</a></p>")
+            raise Answer(HTMLResponse(page("The GraphQL API", body), status_code=404))
         from app.web.pages import graphiql_page
 
         return graphiql_page(request, request.query_params.get("query"))
