@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass
 from typing import Any, Mapping, cast
 
@@ -148,11 +149,28 @@ def _int(text: str) -> int | float:
     return value
 
 
+def _constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON (RFC 8259 has no NaN or Infinity)")
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    if value in (math.inf, -math.inf):
+        raise ValueError(f"the number {text[:40]} is out of a double's range")
+    return value
+
+
 def loads(data: str | bytes) -> Any:
     """A request's JSON (an HTTP body, a WebSocket message): JSONDecodeError, saying why, for anything it
-    cannot read, nesting too deep included."""
+    cannot read, nesting too deep included; NaN, Infinity and a number past a double's range are not JSON
+    (orjson, the plans' reader, refuses them too)."""
     try:
-        return json.loads(data, parse_int=_int)
+        return json.loads(data, parse_int=_int, parse_constant=_constant, parse_float=_float)
+    except ValueError as exc:
+        if isinstance(exc, json.JSONDecodeError):
+            raise
+        text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+        raise json.JSONDecodeError(str(exc), text, 0) from None
     except RecursionError:
         text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
         raise json.JSONDecodeError("objects and arrays nest too deeply to read", text, 0) from None
@@ -227,6 +245,10 @@ def operation_problem(query: str, operation_name: str | None) -> str | None:
 
 
 NO_MUTATIONS = "this API answers queries only; it has no mutation operations"
+STREAM_MEDIA = 'text/event-stream (SSE) or multipart/mixed;subscriptionSpec="1.0"'
+# Where a subscription is served: what a refusal of one elsewhere says.
+SUBSCRIPTIONS_STREAM = (f"a subscription streams: send it with Accept: {STREAM_MEDIA}, or over a WebSocket "
+                        "(graphql-transport-ws or graphql-ws)")
 
 
 def stream_operation_problem(query: Any, operation_name: Any) -> str | None:
@@ -268,10 +290,10 @@ def operation_error(exc: Exception, query: str, operation_name: str | None, medi
     if isinstance(exc, InvalidOperationTypeError):
         kind = exc.operation_type.value
         if get_like:
-            return transport_error(405, f"GET runs queries only; send this {kind} with POST", "METHOD_NOT_ALLOWED",
-                                   media, {"Allow": "POST"})
-        message = (NO_MUTATIONS if kind == "mutation" else
-                   "subscriptions are not served over this transport; send a query")
+            return transport_error(405, NO_MUTATIONS if kind == "mutation" else
+                                   f"GET answers a subscription only as a stream; {SUBSCRIPTIONS_STREAM}",
+                                   "METHOD_NOT_ALLOWED", media, {"Allow": "POST"})
+        message = NO_MUTATIONS if kind == "mutation" else SUBSCRIPTIONS_STREAM
         return graphql_response({"errors": [error_entry(message, "OPERATION_NOT_SUPPORTED")]}, status, media)
     message = operation_problem(query, operation_name) or "no operation could be chosen"
     return resolution_failure(message, media)

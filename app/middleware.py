@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -21,6 +22,8 @@ from app.logs import request_facts, request_id
 
 log = logging.getLogger("pith.http")
 access = logging.getLogger("pith.access")
+
+_SANE_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 
 
 class RequestIdMiddleware:
@@ -41,7 +44,8 @@ class RequestIdMiddleware:
                 given = value.decode("latin-1")
             elif name == b"authorization":
                 keyed = True
-        rid = given if given and len(given) <= 64 and given.replace("-", "").isalnum() else os.urandom(16).hex()
+        # Yours when it is a sane token (ASCII letters, digits and - _ . :, at most 64), else one made here.
+        rid = given if given and _SANE_ID.fullmatch(given) else os.urandom(16).hex()
         token = request_id.set(rid)
         if self.traced:
             from app.tracing import current_span_ids

@@ -73,6 +73,9 @@ CASES = [
      "BAD_USER_INPUT"),
     ("batch", "POST", [{"query": "{ __typename }"}], JSON_, 400, "BAD_REQUEST"),
     ("not JSON", "POST", b"{", JSON_, 400, "BAD_REQUEST"),
+    ("NaN is not JSON", "POST", b'{"query": "{ __typename }", "variables": {"a": NaN}}', JSON_, 400, "BAD_REQUEST"),
+    ("a number past a double", "POST", b'{"query": "{ __typename }", "variables": {"a": 1e999}}', JSON_, 400,
+     "BAD_REQUEST"),
     ("no query", "POST", {"variables": {}}, GQL, 400, "BAD_REQUEST"),
     ("variables not an object", "POST", {"query": "{ __typename }", "variables": [1]}, GQL, 400, "BAD_REQUEST"),
     ("GET variables not JSON", "GET", {"query": "{ __typename }", "variables": "{"}, GQL, 400, "BAD_REQUEST"),
@@ -199,3 +202,23 @@ async def test_a_method_a_path_does_not_take_is_405_with_allow_in_the_paths_erro
     response = await served.client.post("/healthz")
     assert response.status_code == 405 and "GET" in response.headers["allow"], response.headers
     assert "POST is not allowed here" in response.json()["error"]["message"], response.text
+
+
+async def test_a_compressed_request_body_is_refused_and_a_request_id_is_kept_only_when_sane(served):
+    """A body labelled with a Content-Encoding is not read as if it were plain (415, whichever path would answer
+    it); a client's X-Request-ID is echoed when it is a plain token, else replaced (never re-encoded)."""
+    body = json.dumps({"query": '{ paper(arxivId: "%s") { title } }' % PAPER}).encode()
+    for encoding in ("gzip", "br"):
+        for _ in range(2):  # (the second, once the document has a plan)
+            response = await served.client.post("/graphql", content=body, headers={
+                "content-type": "application/json", "content-encoding": encoding})
+            assert response.status_code == 415, response.text
+            assert response.json()["errors"][0]["extensions"]["code"] == "UNSUPPORTED_MEDIA_TYPE"
+    plain = await served.client.post("/graphql", content=body, headers={"content-type": "application/json",
+                                                                      "content-encoding": "identity"})
+    assert plain.status_code == 200 and plain.json()["data"]["paper"]["title"], plain.text
+    for given, kept in (("ok-1_2.3:4", True), ("\u00fc".encode().decode("latin-1"), False), ("a b", False),
+                        ("x" * 65, False)):
+        response = await served.client.get("/healthz", headers={"x-request-id": given.encode("latin-1")})
+        assert (response.headers["x-request-id"] == given) is kept, (given, response.headers["x-request-id"])
+        assert response.headers["x-request-id"].isascii()

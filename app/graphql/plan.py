@@ -236,6 +236,8 @@ def _media_type(request: Request) -> str | None:
             if accept is not None:
                 return None
             accept = value
+        elif name == b"content-encoding":
+            return None  # for the pipeline to judge
     if content_type is None or content_type.split(b";")[0].strip().lower() != b"application/json":
         return None
     if accept not in _MEDIA:

@@ -389,6 +389,11 @@ class GraphQLView(StrawberryGraphQL[Context, None]):
                 raise Answer(http.transport_error(
                     415, "send the GraphQL request as application/json ({\"query\": ..., \"variables\": {...}}) "
                          "or use GET with ?query=", "UNSUPPORTED_MEDIA_TYPE", media))
+            encoding = (request.headers.get("content-encoding") or "identity").strip().lower()
+            if encoding != "identity":  # (read as sent, a compressed body would be taken for other bytes)
+                raise Answer(http.transport_error(
+                    415, f"a request body is read as it is sent: Content-Encoding {encoding[:40]!r} is not "
+                         "supported; send it uncompressed", "UNSUPPORTED_MEDIA_TYPE", media))
             body = await request.get_body()
             if len(body) > MAX_BODY_BYTES:
                 raise Answer(http.transport_error(413, f"request body is {len(body)} bytes; the limit is "
@@ -402,7 +407,8 @@ class GraphQLView(StrawberryGraphQL[Context, None]):
         streams = http.stream_choice(accept) if request.method != "HEAD" else False
         if media is None and streams is False:
             raise Answer(http.transport_error(406, "this endpoint answers application/graphql-response+json or "
-                                                   "application/json; say one of them in Accept", "NOT_ACCEPTABLE"))
+                                                   "application/json; say one of them in Accept (a subscription also "
+                                                   f"streams as {http.STREAM_MEDIA})", "NOT_ACCEPTABLE"))
         try:
             params = http.GraphQLParams.of(body, MAX_VARIABLES_BYTES)
             if params.query:  # a long text not seen before is read in the reader thread, not on the event loop
