@@ -215,8 +215,9 @@ def masked(error: GraphQLError, statement_timeout_ms: int, production: bool = Fa
         if code is not None:
             message = error.message
             if code == "OPERATION_NOT_SUPPORTED":
-                message += (" over this transport: send queries over HTTP or graphql-transport-ws, subscriptions "
-                            "over WebSocket (graphql-transport-ws, graphql-ws) or HTTP streams (SSE, multipart)")
+                message += (" over this transport: a query is answered as JSON over HTTP (Accept: application/json) "
+                            "or over graphql-transport-ws; a subscription streams over HTTP (SSE, multipart) or a "
+                            "WebSocket (graphql-transport-ws, graphql-ws)")
             return GraphQLError(message, nodes=error.nodes, source=error.source, positions=error.positions,
                                 path=error.path, extensions={"code": code, "requestId": rid})
         if isinstance(original, DeadlinePassed):  # the wait for a connection ended by the deadline
@@ -351,6 +352,16 @@ class OperationSession(SchemaExtension):
                         await asyncio.shield(closing)
 
 
+def _stopped_at_its_deadline() -> bool:
+    """Whether this task is being cancelled past its request's deadline (the transport's bound answering
+    TIMEOUT), rather than for its client leaving."""
+    from app.db.pool import request_deadline
+
+    task, deadline = asyncio.current_task(), request_deadline.get()
+    return task is not None and task.cancelling() > 0 and deadline is not None \
+        and asyncio.get_running_loop().time() >= deadline
+
+
 class RequestPipeline(SchemaExtension):
     """Every stage an operation goes through, for every transport (HTTP, WebSocket, SSE, multipart):
 
@@ -387,6 +398,8 @@ class RequestPipeline(SchemaExtension):
             errors = list(getattr(result, "errors", None) or ()) or list(ctx.pre_execution_errors or ())
             ticket = getattr(context, "ticket", None)
             codes = [masked(e, 0).extensions.get("code") for e in errors]
+            if result is None and not codes and _stopped_at_its_deadline():
+                codes = ["TIMEOUT"]  # (cancelled by the view's bound: its 504 is this operation's outcome)
             if ticket is None and "RATE_LIMITED" not in codes:
                 await self.charge_refused()  # refused otherwise (an operation type this transport does not carry)
             report(ctx.operation_name, codes, getattr(getattr(context, "session", None), "statements", 0),
