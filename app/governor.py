@@ -102,8 +102,10 @@ class TooFast(Exception):
     def __init__(self, rate: int, burst: int, wait: float) -> None:
         self.rate, self.burst = rate, burst
         self.retry_after = max(1, math.ceil(wait))
-        super().__init__(f"more than {rate} requests a second from this client (in bursts of up to {burst}); "
-                         f"slow down: retry after {self.retry_after} s")
+        super().__init__(f"more than {rate} requests a second from this client (in bursts of up to {burst}; a document "
+                         f"new to the server counts as one for each {READING_SECONDS_PER_REQUEST * 1000:g} ms of its "
+                         "reading); slow down: "
+                         f"retry after {self.retry_after} s")
 
 
 @dataclass(frozen=True)
@@ -639,7 +641,8 @@ class Governor:
                 return self.anonymous(address)
             key = await self._key(hash_secret(secret))
             if key is None:
-                raise Unauthenticated("the API key is unknown or revoked; create one with `pith-graph keys create`")
+                raise Unauthenticated("the API key is unknown or revoked; ask this API's operator for a key, or send "
+                                      "none (anonymous requests are served within the anonymous budget)")
         except Unauthenticated as exc:
             try:  # the refusal is charged to the address, a point
                 await self.budgets.charge(self.anonymous(address), 1)
