@@ -244,6 +244,8 @@ def cmd_load(args: argparse.Namespace, settings: Settings) -> int:
     dsn = _ready_database(settings)
     if args.sample:
         asyncio.run(_load_sample(dsn))
+        print("loaded the bundled sample (its records and sources' files; app/sample/sources/README.md says what "
+              "they are): try { paper(arxivId: \"2402.15627\") { title inbound { totalCount } } }")
     failed = asyncio.run(_load(dsn, args.paths)) if args.paths else 0
     return 1 if failed else 0
 

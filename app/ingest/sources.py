@@ -739,7 +739,7 @@ class Importer:
     def _arxiv(self, record: Any, where: str) -> None:
         paper = arxiv_paper(record)
         if paper is None:
-            return self.summary.skip("records without an id, title or versions")
+            return self.summary.skip(_arxiv_unusable(record))
         arxiv_id, title, versions, category, doi = paper
         self.papers[arxiv_id] = (title, len(versions), category, versions[0], versions[-1])
         if doi is not None:
@@ -1416,6 +1416,24 @@ def _oc_doi(value: str | None) -> str | None:
         if part.startswith("doi:") or part.startswith("10."):
             return normalize_doi(part)
     return normalize_doi(value)
+
+
+def _arxiv_unusable(record: Any) -> str:
+    """Why arxiv_paper found no paper in a record: the summary's words for its skip."""
+    from app.timeparse import BadInput, parse_arxiv_id
+
+    if not isinstance(record, dict):
+        return "records that are not JSON objects"
+    given = record.get("id")
+    try:
+        parse_arxiv_id(str(given if given is not None else ""))
+    except BadInput:
+        if isinstance(given, str) and re.fullmatch(r".+v\d+", given):
+            return "records whose id names a version (the snapshot's id is without it: 0704.0097, not 0704.0097v2)"
+        return "records without a valid arXiv id"
+    if not isinstance(record.get("title"), str) or not collapse(record["title"]):
+        return "records without a title"
+    return "records whose versions are not a list of {version, created} with RFC 2822 dates"
 
 
 def arxiv_paper(record: Any) -> tuple[str, str, list[datetime], str | None, str | None] | None:
