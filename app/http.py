@@ -14,10 +14,10 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping, cast
+from typing import Any, Final, Mapping, cast
 
 import orjson
-from graphql import OperationDefinitionNode
+from graphql import FragmentDefinitionNode, OperationDefinitionNode
 from starlette.responses import JSONResponse, Response
 
 from app.limits import RETRY_AFTER_SECONDS
@@ -354,6 +354,36 @@ def _document(query: str) -> Any:
         return None
 
 
+CLIENT_ROOTS: Final = frozenset({"rateLimit"})  # root fields whose answer is the asking client's own
+
+
+def reads_its_client(query: str, operation_name: str | None) -> bool:
+    """Whether the operation to run asks for a root field whose answer is its client's own (its budget): such an
+    answer has no validator and is kept by no cache, whoever asks (two clients' budgets differ; one client's
+    changes with each request)."""
+    from graphql import FieldNode, FragmentSpreadNode, InlineFragmentNode
+
+    document = _document(query)
+    if document is None:
+        return False
+    fragments = {d.name.value: d for d in document.definitions if isinstance(d, FragmentDefinitionNode)}
+    pending = [d.selection_set for d in document.definitions if isinstance(d, OperationDefinitionNode)
+               and (operation_name is None or (d.name is not None and d.name.value == operation_name))]
+    seen: set[str] = set()
+    while pending:  # the root selections, through the fragments spread at the root
+        for selection in pending.pop().selections:
+            if isinstance(selection, FieldNode):
+                if selection.name.value in CLIENT_ROOTS:
+                    return True
+            elif isinstance(selection, InlineFragmentNode):
+                pending.append(selection.selection_set)
+            elif isinstance(selection, FragmentSpreadNode) and selection.name.value in fragments \
+                    and selection.name.value not in seen:
+                seen.add(selection.name.value)
+                pending.append(fragments[selection.name.value].selection_set)
+    return False
+
+
 def pins_every_instant(query: str, operation_name: str | None, variables: dict[str, Any] | None) -> bool:
     """Whether every root field of the operation to run is pinned to an instant: an asOf (a literal, or a
     variable given a value or a default; a diff's `to`), or node/nodes with ids that each name an instant
@@ -425,17 +455,18 @@ def get_validator(version: int, query: str, variables: dict[str, Any] | None, op
     return 'W/"' + hashlib.sha256(key.encode()).hexdigest()[:40] + '"'
 
 
+# What an answer with a validator varies on, its 200 and its 304 alike: the media type asked for, and the encoding
+# (Starlette's GZip, app.compression, adds Accept-Encoding to a 200 big enough to compress, whoever asks, and to
+# nothing smaller, nor to a 304, which has no body: said here, every such answer varies on it, a miss at worst).
+CACHED_VARY: Final = "Accept, Accept-Encoding"
+
+
 def cache_headers(etag: str, pinned: bool) -> dict[str, str]:
-    return {"ETag": etag, "Vary": "Accept", "Cache-Control": cache_control(pinned)}
+    return {"ETag": etag, "Vary": CACHED_VARY, "Cache-Control": cache_control(pinned)}
 
 
 def not_modified(headers: dict[str, str]) -> Response:
-    """A 304 with the validator's headers, varying on Accept-Encoding as well whoever asks: Starlette's GZip
-    (app.compression) adds it to every 200 big enough to compress, for gzip and identity clients alike, and
-    no body passes it on a 304. A small answer's 200 does not vary on it; a cache that takes the 304's Vary
-    for it then keys it by encoding too, a miss at worst, never a body sent to a client that cannot read it."""
-    if "Vary" in headers:
-        headers = {**headers, "Vary": headers["Vary"] + ", Accept-Encoding"}
+    """A 304 with the validator's headers (Vary included: CACHED_VARY, as its 200's)."""
     return Response(status_code=304, headers=headers)
 
 

@@ -222,3 +222,25 @@ async def test_a_compressed_request_body_is_refused_and_a_request_id_is_kept_onl
         response = await served.client.get("/healthz", headers={"x-request-id": given.encode("latin-1")})
         assert (response.headers["x-request-id"] == given) is kept, (given, response.headers["x-request-id"])
         assert response.headers["x-request-id"].isascii()
+
+
+async def test_a_get_kept_by_caches_varies_alike_on_200_and_304_and_one_no_cache_may_keep_says_so(served):
+    """A cached GET answer (small here: no gzip) and its 304 vary alike; an answer that holds the client's own
+    budget (rateLimit) has no validator and is kept by no cache; an APQ miss, an error, likewise."""
+    def tokens(response):
+        return {t.strip().lower() for t in response.headers["vary"].split(",")}
+
+    query = '{ paper(arxivId: "%s", asOf: "%s") { arxivId } }' % (PAPER, SEED_AS_OF)
+    for encoding in ("gzip", "identity"):
+        first = await served.client.get("/graphql", params={"query": query}, headers={"accept-encoding": encoding})
+        assert first.status_code == 200 and len(first.content) < 1000 and first.headers["etag"], first.headers
+        again = await served.client.get("/graphql", params={"query": query}, headers={
+            "accept-encoding": encoding, "if-none-match": first.headers["etag"]})
+        assert again.status_code == 304 and tokens(again) == tokens(first), (again.headers, first.headers)
+    for params in ({"query": "{ rateLimit { used remaining } }"},
+                   {"query": 'query A { ...F } fragment F on Query { rateLimit { used } }'},
+                   {"extensions": json.dumps({"persistedQuery": {"version": 1, "sha256Hash": "0" * 64}})},
+                   {"query": "{ nope }"}):
+        response = await served.client.get("/graphql", params=params)
+        assert response.headers["cache-control"] == "no-store" and "etag" not in response.headers, \
+            (params, response.status_code, response.headers)

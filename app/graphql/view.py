@@ -290,6 +290,10 @@ class GraphQLView(StrawberryGraphQL[Context, None]):
             response = self.state.respond(ExecutionResult(data=None, errors=[refused]), media)
         else:
             response = await self._bounded(request)
+        if request.method in ("GET", "HEAD") and not any(k == b"cache-control" for k, _ in response.raw_headers):
+            # A GET's answer without a validator and a rule of its own (an error, an APQ miss, the client's
+            # own budget): no cache keeps it, a CDN's default time to live included.
+            response.raw_headers.append((b"cache-control", b"no-store"))
         response.raw_headers += rate_limit_headers(self.state.governor.status(client))  # no answer has them yet
         return response
 
@@ -451,7 +455,7 @@ class GraphQLView(StrawberryGraphQL[Context, None]):
         media = sub_response.media_type
         get_like = request.method in ("GET", "HEAD")
         cache: dict[str, str] | None = None
-        if get_like:
+        if get_like and not http.reads_its_client(request_data.query, request_data.operation_name):
             # Read before the data: an import committing in between can only make the answer newer
             # than its validator, never older.
             version = await self.state.data_version()

@@ -179,8 +179,7 @@ def routes(app: Any) -> list:  # app.state.App
         return endpoint
 
     def cached(request: Request, etag: str, make: Any, pinned: bool) -> Response:
-        headers = {"ETag": etag, "Cache-Control": cache_control(pinned),
-                   "Vary": "Accept"}
+        headers = {"ETag": etag, "Cache-Control": cache_control(pinned), "Vary": http.CACHED_VARY}
         if not_modified(request, etag):
             return http.not_modified(headers)
         response = make()
