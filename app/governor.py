@@ -92,7 +92,7 @@ class RateLimited(Exception):
     def __init__(self, status: "BudgetStatus", cost: int) -> None:
         super().__init__(f"this operation costs {cost} points and {status.remaining} of the {status.limit} points "
                          f"per hour remain; the budget resets at {status.reset_text} (in {status.retry_after} s). "
-                         "Ask for less (smaller first, fewer ids) or wait")
+                         "Ask for less (where it takes them: a smaller first, fewer ids) or wait")
         self.status, self.cost = status, cost
 
 

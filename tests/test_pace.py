@@ -122,6 +122,21 @@ async def test_pages_and_lists_are_paced_too(paced):
         assert [a.status_code for a in answers] == [200] * BURST + [429] * 3, (path, [a.status_code for a in answers])
         assert all(too_fast(a) for a in answers[BURST:])
         assert "requests a second" in answers[-1].json()["error"]["message"], answers[-1].text
+        # a refusal carries the client's budget fields too, as every answer to a governed client does
+        assert all("ratelimit" in a.headers and "ratelimit-policy" in a.headers for a in answers), path
+
+
+async def test_a_head_of_a_list_reads_nothing_and_costs_nothing_but_its_pace(paced):
+    """HEAD of a bulk list says what a GET would send (its type, its name, its price) without reading the
+    list or charging it."""
+    client = paced.client
+    head = await client.head(f"/paper/{PAPER}/inbound.ndjson", headers=who(40))
+    get = await client.get(f"/paper/{PAPER}/inbound.ndjson", headers=who(41))
+    assert head.status_code == get.status_code == 200 and head.content == b"", head.headers
+    for name in ("content-type", "content-disposition", "x-cost-points", "cache-control"):
+        assert head.headers[name] == get.headers[name], name
+    spent = int(get.headers["x-cost-points"])
+    assert remaining(head) > remaining(get) or spent == 0, (head.headers, get.headers)
 
 
 async def test_a_request_counts_once_on_the_prepared_path_and_over_a_stream(paced):

@@ -403,33 +403,45 @@ retracted, with the source and time of every fact. Every record is a canonical, 
             client = await app.identify(request.scope)
         except Unauthenticated as exc:
             return _unauthenticated(request, exc)
+
+        def told(response: Response) -> Response:  # every answer to a governed client: its budget's fields
+            for header, value in rate_limit_headers(governor.status(client)):
+                response.headers[header.decode()] = value.decode()
+            return response
+
         fast = governor.pace(client, request.scope)
         if fast is not None:
-            return too_many(request, fast)
+            return told(too_many(request, fast))
         try:
             arxiv_id, as_of, pinned = _arguments(request)
         except BadRequest as exc:
-            return error_for(request, 400, exc.message)
+            return told(error_for(request, 400, exc.message))
         if format not in bulk.formats():
             missing = " (Parquet needs pyarrow on the server)" if format == "parquet" else ""
-            return error_for(request, 404, f"no list format {format!r}{missing}; use "
-                             + ", ".join(f"{direction}.{f}" for f in bulk.formats()))
+            return told(error_for(request, 404, f"no list format {format!r}{missing}; use "
+                                  + ", ".join(f"{direction}.{f}" for f in bulk.formats())))
         session = app.session()
         ticket = None
         try:
             known = await session.fetch("SELECT 1 FROM paper_snapshots WHERE arxiv_id = $1 AND observed_at <= $2 "
                                         "LIMIT 1", arxiv_id, as_of)
             if not known:
-                return error_for(request, 404, f"no paper {arxiv_id} is known as of {record.as_of_text(as_of)}")
+                return told(error_for(request, 404, f"no paper {arxiv_id} is known as of {record.as_of_text(as_of)}"))
             size = await bulk.sized(session, arxiv_id, direction)
             price = bulk.price(size)
             deadline = app.settings.request_timeout or DEFAULT_REQUEST_TIMEOUT_SECONDS
+            name = f"{direction}-{arxiv_id.replace('/', '_')}-{record.as_of_text(as_of).replace(':', '')}.{format}"
+            headers = {"Content-Disposition": f'attachment; filename="{name}"', "X-As-Of": record.as_of_text(as_of),
+                       "X-Cost-Requested": str(price.units), "X-Cost-Points": str(price.points),
+                       "Cache-Control": cache_control(pinned)}
+            if request.method == "HEAD":  # what a GET would send, without reading the list (nor charging it)
+                return told(Response(media_type=bulk.MEDIA_TYPES[format], headers=headers))
             try:
                 ticket = await governor.admit(client, price.points, price.units, session, deadline)
             except RateLimited as exc:
-                return too_many(request, exc)
+                return told(too_many(request, exc))
             except TimeoutError:
-                return error_for(request, 504, deadline_error(deadline).message)
+                return told(error_for(request, 504, deadline_error(deadline).message))
         finally:
             if ticket is None:
                 await session.close()
@@ -453,16 +465,8 @@ retracted, with the source and time of every fact. Every record is a canonical, 
                 finally:
                     governor.settle(ticket, bulk.price(rows).points)
 
-        name = f"{direction}-{arxiv_id.replace('/', '_')}-{record.as_of_text(as_of).replace(':', '')}.{format}"
-        response = ListResponse(body(), end, deadline + size / LIST_ROWS_PER_SECOND,
-                                media_type=bulk.MEDIA_TYPES[format], headers={
-            "Content-Disposition": f'attachment; filename="{name}"',
-            "X-As-Of": record.as_of_text(as_of),
-            "X-Cost-Requested": str(price.units), "X-Cost-Points": str(price.points),
-            "Cache-Control": cache_control(pinned)})
-        for header, value in rate_limit_headers(governor.status(client)):
-            response.headers[header.decode()] = value.decode()
-        return response
+        return told(ListResponse(body(), end, deadline + size / LIST_ROWS_PER_SECOND,
+                                 media_type=bulk.MEDIA_TYPES[format], headers=headers))
 
     return [
         Route("/", handled(home, PRICES["search"])),
