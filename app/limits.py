@@ -116,3 +116,6 @@ READING_SECONDS_PER_REQUEST: Final = 0.001
 # A streamed list (/paper/{id}/inbound.ndjson ...) must be read within the deadline plus a second per this many
 # rows, or it is cut: a reader that stops reading cannot hold its heavy slot and transaction for long.
 LIST_ROWS_PER_SECOND: Final = 1_000
+# ... and a reader that takes nothing for this long (its socket's buffers full) is cut at once: a stalled download
+# held its slot and transaction until that whole bound (29 s for a hub's list), and other clients' heavy work waited.
+LIST_STALL_SECONDS: Final = 5.0

@@ -603,3 +603,43 @@ async def test_a_list_whose_reader_goes_away_or_stops_reading_gives_its_slot_and
         whole = await served.client.get("/paper/2402.15627/inbound.ndjson")
         assert whole.status_code == 200 and whole.text.count("\n") >= 1, whole.text[:200]
         assert state.governor.heavy._value == free
+
+
+async def test_a_list_whose_reader_stops_reading_is_cut_at_its_stall_not_its_whole_bound(database_url, statements,
+                                                                                        monkeypatch):
+    """A reader that takes nothing (its buffers full) for LIST_STALL_SECONDS loses its list then, its slot and
+    transaction given back, not at the list's whole bound (the deadline and a second per thousand rows: a stalled
+    download held the one heavy slot of a two-core server for 29 s)."""
+    from app import governor as governor_module
+    from app.web import routes
+
+    monkeypatch.setattr(governor_module, "HEAVY_COST", 0)
+    monkeypatch.setattr(routes, "LIST_STALL_SECONDS", 0.5)
+    settings = Settings(database_url=database_url, request_timeout=300.0)  # the whole bound: five minutes and more
+    async for served in serve(database_url, statements, settings):
+        state = served.app.state.pith
+        free = state.governor.heavy._value
+        scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
+                 "method": "GET", "scheme": "http", "path": "/paper/2402.15627/inbound.ndjson", "raw_path": b"",
+                 "query_string": b"", "root_path": "", "headers": [(b"host", b"testserver")],
+                 "client": ("127.0.0.1", 5556), "server": ("testserver", 80)}
+        sent: list[dict] = []
+        asked = [False]
+
+        async def receive() -> dict:
+            if not asked[0]:
+                asked[0] = True
+                return {"type": "http.request", "body": b"", "more_body": False}
+            await asyncio.sleep(3600)
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict) -> None:
+            sent.append(message)
+            if message["type"] == "http.response.body":
+                await asyncio.sleep(3600)  # the reader's buffers are full: the write never completes
+
+        await asyncio.wait_for(served.app(dict(scope), receive, send), 60)  # (the bound would take 300 s)
+        assert sent[0].get("status") == 200 and not any(m.get("more_body") is False for m in sent)
+        await asyncio.sleep(0.1)
+        assert state.governor.heavy._value == free
+        await assert_settled(state.pool, database_url)

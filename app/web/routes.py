@@ -21,8 +21,8 @@ from app.cost import PRICES, Price
 from app.errors import deadline_error
 from app.governor import RateLimited, TooFast, Unauthenticated, rate_limit_headers
 from app.http import cache_control
-from app.limits import (ARGUMENTS, DEFAULT_REQUEST_TIMEOUT_SECONDS, LIST_ROWS_PER_SECOND, MAX_NEIGHBOURHOOD_PAPERS,
-                        argument_default)
+from app.limits import (ARGUMENTS, DEFAULT_REQUEST_TIMEOUT_SECONDS, LIST_ROWS_PER_SECOND, LIST_STALL_SECONDS,
+                        MAX_NEIGHBOURHOOD_PAPERS, argument_default)
 from app.timeparse import (ARXIV_ID_RULE, AS_OF_RULE, BadInput, answered_as_of, is_pinned, now_as_of,
                            parse_arxiv_id, parse_search_words)
 from app.web.layout import TEMPLATE_VERSION, page, time_tag
@@ -103,9 +103,13 @@ class ListResponse(StreamingResponse):
         self.end, self.seconds = end, seconds
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        async def taken(message: Any) -> None:  # each part taken by the reader within LIST_STALL_SECONDS
+            async with asyncio.timeout(LIST_STALL_SECONDS):
+                await send(message)
+
         try:
             async with asyncio.timeout(self.seconds):
-                await super().__call__(scope, receive, send)
+                await super().__call__(scope, receive, taken)
         except TimeoutError:
             return  # the response unfinished: the server closes the connection
         finally:
