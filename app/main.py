@@ -28,7 +28,7 @@ from app.db.pool import DeadlinePassed, StatementTimeout, create_pool, pool_roll
 from app.graphql.view import GraphQLView
 from app.http import error_response
 from app.live import Hub, LiveError
-from app.logs import request_id
+from app.logs import note, request_id
 from app.middleware import BodyLimitAndCancelOnDisconnect, RequestIdMiddleware
 from app.ops import Ops
 from app.pipeline import UNAVAILABLE
@@ -144,6 +144,7 @@ def create_app(settings: Settings | None = None, dsn: str | None = None, *,
 async def _unavailable(request: Request, exc: Exception) -> Response:
     log.warning("database unavailable: %s", type(exc).__name__)
     metrics.refused_unavailable()
+    note(outcome="unavailable")  # (its access line says why, as an operation's would)
     return error_response(503, "the database is unavailable; retry shortly", request.url.path)
 
 
@@ -153,6 +154,7 @@ async def _deadline_passed(request: Request, exc: Exception) -> Response:
     from app.errors import deadline_error
 
     seconds = request.app.state.pith.settings.request_timeout or 0
+    note(outcome="timeout")
     return http.transport_error(504, deadline_error(seconds).message, "TIMEOUT",
                                 http.response_media_type(request.headers.get("accept")))
 

@@ -55,7 +55,7 @@ async def test_every_path_answers_at_its_deadline_when_the_pool_is_stuck(databas
         await assert_pool_given_back(database_url, server)
         # Each 504's access line says so (its operation's outcome: timeout, never ok).
         late = [line for line in server.logs().splitlines() if "/graphql 504 " in line]
-        assert len(late) >= 6 and all("outcome=timeout" in line for line in late), late
+        assert len(late) >= 6 and all("outcome=timeout" in line for line in late), "\n".join(late)
     finally:
         await locker.close()
         server.stop()

@@ -312,6 +312,9 @@ class GraphQLView(StrawberryGraphQL[Context, None]):
             async with asyncio.timeout(seconds + DEADLINE_MARGIN):
                 return await self._run(request)
         except TimeoutError:
+            from app.logs import note
+
+            note(outcome="timeout")  # (before its operation began too: a GET waiting for its validator's read)
             return http.transport_error(504, deadline_error(seconds).message, "TIMEOUT",
                                         http.response_media_type(request.headers.get("accept")))
 
