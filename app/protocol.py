@@ -17,6 +17,9 @@ Two counts, both of the head alone:
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
+import struct
 from typing import Any
 
 from uvicorn.protocols.http import httptools_impl
@@ -172,6 +175,21 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._heads_done += 1
         self._due = BODY_TIMEOUT_SECONDS
         super().on_headers_complete()
+        # A response the application gives up on with bytes still unsent (a list whose reader stopped reading,
+        # app.web.routes.ListResponse) drops them and the socket at once: uvicorn's close would wait for a
+        # reader that never reads, holding the socket and its buffers.
+        self.scope["pith.abort"] = self._abort  # type: ignore[typeddict-unknown-key]
+
+    def _abort(self) -> None:
+        """Drop the connection now: what the transport holds, and (a zero linger: a reset) what the kernel
+        has queued for the reader, which a close would still deliver, however long that takes."""
+        if self.transport is None:
+            return
+        sock = self.transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.transport.abort()
 
     def on_message_complete(self) -> None:
         self._in_head = True  # what follows on this connection is the next request's head

@@ -6,6 +6,7 @@ names what can succeed."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import asyncpg
@@ -298,3 +299,36 @@ async def test_measurements_are_priced_at_least_the_work_they_do(hub_graph):
         assert "errors" not in body, body
         assert sum(len(p["externalCitationMeasurements"]) for p in body["data"]["papers"]) > 150
         assert cost(body)["requested"] >= cost(body)["actual"], (selection, cost(body))
+
+
+async def test_a_stalled_download_is_dropped_with_its_unsent_bytes(hub_graph):
+    """A reader of the hub's list that never reads (its buffers full): the server gives the list up after
+    LIST_STALL_SECONDS and drops the connection at once, unsent bytes and all (a reset), rather than close
+    it gracefully and wait, socket and buffers held, for a reader that never comes (as it did: still open
+    75 s later); the list is never mistaken for whole."""
+    import socket
+
+    from app.limits import LIST_STALL_SECONDS
+    from tests.conftest import LiveServer
+
+    _, url, _ = hub_graph
+    server = await asyncio.to_thread(LiveServer, url)
+    try:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+        sock.connect(("127.0.0.1", server.port))
+        sock.sendall(f"GET /paper/{HUB}/inbound.ndjson HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        await asyncio.sleep(LIST_STALL_SECONDS * 3)  # (the list's whole bound is the deadline and 30 s more)
+        received, reset = b"", False
+        sock.settimeout(30)
+        try:
+            while chunk := sock.recv(65536):
+                received += chunk
+        except ConnectionResetError:
+            reset = True
+        finally:
+            sock.close()
+        assert reset, f"closed gracefully after {len(received)} bytes: the unsent ones were kept for the reader"
+        assert not received.endswith(b"0\r\n\r\n")
+    finally:
+        server.stop()

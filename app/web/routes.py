@@ -110,8 +110,11 @@ class ListResponse(StreamingResponse):
         try:
             async with asyncio.timeout(self.seconds):
                 await super().__call__(scope, receive, taken)
-        except TimeoutError:
-            return  # the response unfinished: the server closes the connection
+        except TimeoutError:  # the response unfinished: the connection dropped, its unsent bytes with it
+            abort = scope.get("pith.abort")  # (app.protocol; a close would wait for them to be read)
+            if abort is not None:
+                abort()
+            return
         finally:
             await self.body_iterator.aclose()  # type: ignore[attr-defined]
             await self.end()
