@@ -133,6 +133,7 @@ async def test_a_head_of_a_list_reads_nothing_and_costs_nothing_but_its_pace(pac
     head = await client.head(f"/paper/{PAPER}/inbound.ndjson", headers=who(40))
     get = await client.get(f"/paper/{PAPER}/inbound.ndjson", headers=who(41))
     assert head.status_code == get.status_code == 200 and head.content == b"", head.headers
+    assert "content-length" not in head.headers, head.headers  # (as its GET: streamed, its length unknown)
     for name in ("content-type", "content-disposition", "x-cost-points", "cache-control"):
         assert head.headers[name] == get.headers[name], name
     spent = int(get.headers["x-cost-points"])

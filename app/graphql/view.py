@@ -400,7 +400,8 @@ class GraphQLView(StrawberryGraphQL[Context, None]):
             if encoding != "identity":  # (read as sent, a compressed body would be taken for other bytes)
                 raise Answer(http.transport_error(
                     415, f"a request body is read as it is sent: Content-Encoding {encoding[:40]!r} is not "
-                         "supported; send it uncompressed", "UNSUPPORTED_MEDIA_TYPE", media))
+                         "supported; send it uncompressed", "UNSUPPORTED_MEDIA_TYPE", media,
+                    {"Accept-Encoding": "identity"}))  # (RFC 7694: the codings a request may use)
             body = await request.get_body()
             if len(body) > MAX_BODY_BYTES:
                 raise Answer(http.transport_error(413, f"request body is {len(body)} bytes; the limit is "

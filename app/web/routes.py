@@ -441,8 +441,8 @@ retracted, with the source and time of every fact. Every record is a canonical, 
             headers = {"Content-Disposition": f'attachment; filename="{name}"', "X-As-Of": record.as_of_text(as_of),
                        "X-Cost-Requested": str(price.units), "X-Cost-Points": str(price.points),
                        "Cache-Control": cache_control(pinned)}
-            if request.method == "HEAD":  # what a GET would send, without reading the list (nor charging it)
-                return told(Response(media_type=bulk.MEDIA_TYPES[format], headers=headers))
+            if request.method == "HEAD":  # what a GET would send (streamed: no length), reading and charging nothing
+                return told(StreamingResponse(iter(()), media_type=bulk.MEDIA_TYPES[format], headers=headers))
             try:
                 ticket = await governor.admit(client, price.points, price.units, session, deadline)
             except RateLimited as exc:
