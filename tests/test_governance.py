@@ -551,6 +551,14 @@ async def test_the_workers_of_a_server_share_its_heavy_slots(tmp_path):
     one.release(await asyncio.wait_for(one.acquire(), 30))
 
 
+def list_scope(port: int) -> dict:
+    """An ASGI request for the sample paper's inbound list, for a test's own receive and send."""
+    return {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
+            "method": "GET", "scheme": "http", "path": "/paper/2402.15627/inbound.ndjson", "raw_path": b"",
+            "query_string": b"", "root_path": "", "headers": [(b"host", b"testserver")],
+            "client": ("127.0.0.1", port), "server": ("testserver", 80)}
+
+
 async def test_a_list_whose_reader_goes_away_or_stops_reading_gives_its_slot_and_session_back(database_url, statements,
                                                                                                monkeypatch):
     """A streamed list holds a heavy slot and a transaction: a reader that hangs up before the list starts, one that
@@ -563,10 +571,7 @@ async def test_a_list_whose_reader_goes_away_or_stops_reading_gives_its_slot_and
     async for served in serve(database_url, statements, settings):
         state = served.app.state.pith
         free = state.governor.heavy._value
-        scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
-                 "method": "GET", "scheme": "http", "path": "/paper/2402.15627/inbound.ndjson", "raw_path": b"",
-                 "query_string": b"", "root_path": "", "headers": [(b"host", b"testserver")],
-                 "client": ("127.0.0.1", 5555), "server": ("testserver", 80)}
+        scope = list_scope(5555)
 
         def client(*, hang_up_after: int | None, reads: bool) -> tuple:
             sent: list[dict] = []
@@ -619,10 +624,7 @@ async def test_a_list_whose_reader_stops_reading_is_cut_at_its_stall_not_its_who
     async for served in serve(database_url, statements, settings):
         state = served.app.state.pith
         free = state.governor.heavy._value
-        scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
-                 "method": "GET", "scheme": "http", "path": "/paper/2402.15627/inbound.ndjson", "raw_path": b"",
-                 "query_string": b"", "root_path": "", "headers": [(b"host", b"testserver")],
-                 "client": ("127.0.0.1", 5556), "server": ("testserver", 80)}
+        scope = list_scope(5556)
         sent: list[dict] = []
         asked = [False]
 
