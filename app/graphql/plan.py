@@ -177,10 +177,11 @@ async def answered(state: State, request: Request, client: Client) -> Response |
     except (Unauthenticated, RateLimited):
         return None  # the pipeline refuses it, in its words
     except TimeoutError:  # no slot within the deadline: answered and charged as the pipeline answers and charges
-        await charge_refusal(governor, client)  # it (a refusal: a point; not waited for again)
+        await charge_refusal(governor, client)  # it (a refusal: its least, a point; not waited for again)
+        refused = Price(0, 0).points
         result = ExecutionResult(data=None, errors=[deadline_error(settings.request_timeout or 0)])
-        result.extensions = {"cost": {**cost_extension(price, None, _Statements(0)), "points": Price(0, 0).points}}
-        _told(state, operation, result, 0, None, Price(0, 0).points, started)
+        result.extensions = {"cost": {**cost_extension(price, None, _Statements(0)), "points": refused}}
+        _told(state, operation, result, 0, None, refused, started)
         return state.respond(result, media)
     except Exception:  # noqa: BLE001 - the database away: the pipeline answers
         return None

@@ -738,8 +738,8 @@ class Importer:
     # arXiv metadata: the snapshot (JSON lines) here; OAI-PMH arXivRaw XML through arxiv_oai_records.
     def _arxiv(self, record: Any, where: str) -> None:
         paper = arxiv_paper(record)
-        if paper is None:
-            return self.summary.skip(_arxiv_unusable(record))
+        if isinstance(paper, str):  # why it holds none
+            return self.summary.skip(paper)
         arxiv_id, title, versions, category, doi = paper
         self.papers[arxiv_id] = (title, len(versions), category, versions[0], versions[-1])
         if doi is not None:
@@ -1418,44 +1418,35 @@ def _oc_doi(value: str | None) -> str | None:
     return normalize_doi(value)
 
 
-def _arxiv_unusable(record: Any) -> str:
-    """Why arxiv_paper found no paper in a record: the summary's words for its skip."""
+_NO_VERSIONS = "records whose versions are not a list of {version, created} with RFC 2822 dates"
+
+
+def arxiv_paper(record: Any) -> tuple[str, str, list[datetime], str | None, str | None] | str:
+    """(id, title, version dates, primary category, journal DOI) of a metadata-snapshot record; else why it
+    holds no paper (the import summary's words for its skip)."""
     from app.timeparse import BadInput, parse_arxiv_id
 
     if not isinstance(record, dict):
         return "records that are not JSON objects"
     given = record.get("id")
     try:
-        parse_arxiv_id(str(given if given is not None else ""))
+        arxiv_id = parse_arxiv_id(str(given if given is not None else ""))
     except BadInput:
         if isinstance(given, str) and re.fullmatch(r".+v\d+", given):
             return "records whose id names a version (the snapshot's id is without it: 0704.0097, not 0704.0097v2)"
         return "records without a valid arXiv id"
-    if not isinstance(record.get("title"), str) or not collapse(record["title"]):
+    title = collapse(record["title"]) if isinstance(record.get("title"), str) else ""
+    if not title:
         return "records without a title"
-    return "records whose versions are not a list of {version, created} with RFC 2822 dates"
-
-
-def arxiv_paper(record: Any) -> tuple[str, str, list[datetime], str | None, str | None] | None:
-    """(id, title, version dates, primary category, journal DOI) of a metadata-snapshot record."""
-    from app.timeparse import BadInput, parse_arxiv_id
-
-    if not isinstance(record, dict) or not isinstance(record.get("title"), str):
-        return None
-    try:
-        arxiv_id = parse_arxiv_id(str(record.get("id", "")))
-    except BadInput:
-        return None
     dates = []
     for version in record.get("versions") or ():
         created = version.get("created") if isinstance(version, dict) else None
         try:
             dates.append(parsedate_to_datetime(created).astimezone(timezone.utc))
         except (TypeError, ValueError):
-            return None
-    title = collapse(record["title"])
-    if not dates or not title:
-        return None
+            return _NO_VERSIONS
+    if not dates:
+        return _NO_VERSIONS
     categories = (record.get("categories") or "").split()
     dois = (record.get("doi") or "").split()
     return arxiv_id, title, dates, categories[0] if categories else None, normalize_doi(dois[0]) if dois else None

@@ -120,6 +120,12 @@ class ListResponse(StreamingResponse):
             await self.end()
 
 
+def with_budget(response: Response, governor: Any, client: Any) -> Response:
+    """Every answer to a governed client, whatever it is: its budget's fields (RateLimit, RateLimit-Policy)."""
+    response.raw_headers += rate_limit_headers(governor.status(client))
+    return response
+
+
 def _arguments(request: Request) -> tuple[str, "datetime", bool]:
     try:
         arxiv_id = parse_arxiv_id(request.path_params["arxiv_id"])
@@ -179,9 +185,7 @@ def routes(app: Any) -> list:  # app.state.App
                     response = error_for(request, 504, deadline_error(app.settings.request_timeout or 0).message)
                 finally:
                     governor.settle(ticket, None)
-            for name, value in rate_limit_headers(governor.status(client)):
-                response.headers[name.decode()] = value.decode()
-            return response
+            return with_budget(response, governor, client)
 
         return endpoint
 
@@ -411,10 +415,8 @@ retracted, with the source and time of every fact. Every record is a canonical, 
         except Unauthenticated as exc:
             return _unauthenticated(request, exc)
 
-        def told(response: Response) -> Response:  # every answer to a governed client: its budget's fields
-            for header, value in rate_limit_headers(governor.status(client)):
-                response.headers[header.decode()] = value.decode()
-            return response
+        def told(response: Response) -> Response:
+            return with_budget(response, governor, client)
 
         fast = governor.pace(client, request.scope)
         if fast is not None:
