@@ -453,6 +453,12 @@ async def test_malformed_websocket_operations_and_clients_that_leave_early_log_n
                 assert answer["type"] == "connection_error" and answer["payload"]["message"], (message, answer)
                 assert answer["payload"]["extensions"]["code"] == "BAD_REQUEST", answer
             await ws.close()
+        # A connection_init refused (its payload not an object) leaves no socket open: its error, then the close.
+        ws = await websockets.connect(url, subprotocols=["graphql-ws"])
+        await ws.send('{"type": "connection_init", "payload": "x"}')
+        assert json.loads(await asyncio.wait_for(ws.recv(), 30))["type"] == "connection_error"
+        with pytest.raises(websockets.ConnectionClosed):
+            await asyncio.wait_for(ws.recv(), 30)
         # A number past 4,300 digits (int() refuses it) in the variables: the variable's refusal, both protocols.
         huge = '{"id": "h", "type": "%s", "payload": {"query": "subscription($n: String!) { citationAdded(arxivId: $n) { cursor } }", ' \
                '"variables": {"n": ' \
