@@ -32,3 +32,14 @@ def deadline_error(seconds: float) -> OperationError:
     return OperationError(f"the operation did not finish within the {seconds:g} s deadline and was stopped; ask for "
                           "less (smaller first, maxChanges, perPaper, depth or fewer ids) or split it", "TIMEOUT",
                           deadlineSeconds=seconds)
+
+
+def busy_error(seconds: float) -> OperationError:
+    """An operation that never started: the capacity it waits for (a heavy slot, the client's own places) stayed
+    taken by other work until its deadline. Not the operation's size: the same request may fit a moment later."""
+    from app.limits import RETRY_AFTER_SECONDS
+
+    return OperationError(f"the operation did not start within the {seconds:g} s deadline: the server's capacity for "
+                          "work of this price stayed taken by other operations (yours or other clients'); nothing "
+                          f"ran; retry in {RETRY_AFTER_SECONDS} s, or send fewer such operations at once", "TIMEOUT",
+                          deadlineSeconds=seconds, retryAfter=int(RETRY_AFTER_SECONDS))

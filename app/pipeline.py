@@ -21,7 +21,7 @@ from app.db.pool import DeadlinePassed, StatementTimeout
 from app.cost import (READER_STANDING, READING, DataScale, PaperSize, Price, ReaderBusy, _parsed, _plan,
                       actual_units, checked, operation_price, paper_sizes, priced_papers, read_in_thread,
                       read_off_loop, refusal, validated_off_loop)
-from app.errors import OperationError, deadline_error
+from app.errors import OperationError, busy_error, deadline_error
 from app.governor import RateLimited, Ticket, TooFast
 from app.http import document_operation_problem
 from app.limits import MAX_COST, MAX_NODES, RETRY_AFTER_SECONDS
@@ -49,7 +49,7 @@ async def admit(context: Any, price: Price) -> tuple[Ticket | None, GraphQLError
     except RateLimited as exc:
         return None, rate_limited_error(exc)
     except TimeoutError:
-        return None, deadline_error(context.deadline_seconds)
+        return None, busy_error(context.deadline_seconds)
     context.ticket = ticket
     return ticket, None
 

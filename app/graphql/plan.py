@@ -40,7 +40,7 @@ from app import http, metrics
 from app.compiled import Compiled, answer, arguments, compiled_for
 from app.cost import Price, _parsed, actual_units, document_parts, operation_price, refusal
 from app.db.pool import ACQUIRE_SECONDS, DeadlinePassed, StatementTimeout, acquire_timeout
-from app.errors import deadline_error
+from app.errors import busy_error, deadline_error
 from app.governor import Client, RateLimited, Unauthenticated
 from app.limits import MAX_TOKENS, MAX_VARIABLES_BYTES
 from app.pipeline import charge_refusal, cost_extension, masked, report, settle
@@ -179,7 +179,7 @@ async def answered(state: State, request: Request, client: Client) -> Response |
     except TimeoutError:  # no slot within the deadline: answered and charged as the pipeline answers and charges
         await charge_refusal(governor, client)  # it (a refusal: its least, a point; not waited for again)
         refused = Price(0, 0).points
-        result = ExecutionResult(data=None, errors=[deadline_error(settings.request_timeout or 0)])
+        result = ExecutionResult(data=None, errors=[busy_error(settings.request_timeout or 0)])
         result.extensions = {"cost": {**cost_extension(price, None, _Statements(0)), "points": refused}}
         _told(state, operation, result, 0, None, refused, started)
         return state.respond(result, media)

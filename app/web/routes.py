@@ -18,7 +18,7 @@ from starlette.staticfiles import StaticFiles
 
 from app import http, record
 from app.cost import PRICES, Price
-from app.errors import deadline_error
+from app.errors import busy_error, deadline_error
 from app.governor import RateLimited, TooFast, Unauthenticated, rate_limit_headers
 from app.http import cache_control
 from app.limits import (ARGUMENTS, DEFAULT_REQUEST_TIMEOUT_SECONDS, LIST_ROWS_PER_SECOND, LIST_STALL_SECONDS,
@@ -172,7 +172,7 @@ def routes(app: Any) -> list:  # app.state.App
             except (RateLimited, TooFast) as exc:
                 response = too_many(request, exc)
             except TimeoutError:
-                response = error_for(request, 504, deadline_error(app.settings.request_timeout or 0).message)
+                response = error_for(request, 504, busy_error(app.settings.request_timeout or 0).message)
             else:
                 try:
                     async with asyncio.timeout(app.settings.request_timeout):
