@@ -364,7 +364,7 @@ class GraphQLView(StrawberryGraphQL[Context, None]):
                     "URL: <code>POST</code> with <code>Content-Type: application/json</code> and the body "
                     "<code>{\"query\": \"...\", \"variables\": {...}}</code>, or <code>GET ?query=...</code> for a "
                     "query.</p><p><a href=\"/\">Search the citation graph</a></p>")
-            raise Answer(HTMLResponse(page("The GraphQL API", body), status_code=404))
+            raise Answer(HTMLResponse(page("The GraphQL API", body)))  # the page asked for: 200
         from app.web.pages import graphiql_page
 
         return graphiql_page(request, request.query_params.get("query"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from html import escape
 
 # Bumped when the markup changes, so page ETags change with it.
-TEMPLATE_VERSION = "3"
+TEMPLATE_VERSION = "4"
 
 
 def time_tag(text: str) -> str:
@@ -25,7 +25,7 @@ def page(title: str, body: str, *, status_note: str = "") -> str:
 </head>
 <body>
 <header class="site"><a class="brand" href="/">pith-graph</a>
-<nav aria-label="Site"><a href="/">Search</a> <a href="/graphql">GraphiQL</a> <a href="/evidence">Evidence</a></nav></header>
+<nav aria-label="Site"><a href="/">Search</a> <a href="/graphql">GraphQL</a> <a href="/evidence">Evidence</a></nav></header>
 <main>
 {status_note}{body}
 </main>

@@ -283,7 +283,7 @@ def routes(app: Any) -> list:  # app.state.App
 <li><a href="{document["links"]["html"]}{q}">Ledger (HTML)</a></li>
 <li><a href="{document["links"]["json"]}{q}">Canonical record (JSON)</a></li>
 <li><a href="{document["links"]["integrity"]}{q}">Integrity check</a></li>
-<li><a href="{escape(summary["links"]["graphql"])}">Explore in GraphiQL</a></li>
+<li><a href="{escape(summary["links"]["graphql"])}">This paper in the GraphQL API</a></li>
 </ul>
 <p class="formats">As of {time_tag(as_of)}; snapshot observed {time_tag(p["snapshot_observed_at"])}</p>
 """
@@ -321,7 +321,7 @@ retracted, with the source and time of every fact. Every record is a canonical, 
 <h2>Explore</h2>
 <ul>
 <li><a href="/paper/2402.15627/citation-record">A sample ledger: arXiv:2402.15627</a></li>
-<li><a href="/graphql">GraphiQL</a>: the GraphQL API, with a sample query</li>
+<li><a href="/graphql">GraphQL</a>: the API behind these pages, for your own queries</li>
 <li><a href="/evidence">Evidence</a>: the sources behind the facts, and when each was last observed</li>
 </ul>
 """
