@@ -576,6 +576,19 @@ async def test_a_broken_file_stores_nothing_and_says_where(seeded, tmp_path):
         done = pith("import", source, str(path), url=url)
         assert done.returncode == 1 and said in done.stderr.decode(), (source, path, done.stderr.decode())
         assert "nothing of this import was written" in done.stderr.decode()
+    # A quote left open swallows the rows after it (Python's csv reads on to the next quote, or to the end):
+    # refused where the row began, not read as fewer rows (which, as the whole database, ended their retractions).
+    open_quote = tmp_path / "quote.csv"
+    open_quote.write_text(rw_csv([{"OriginalPaperDOI": "10.1000/q1", "RetractionNature": "Retraction"},
+                                  {"OriginalPaperDOI": "10.1000/q2", "RetractionNature": "Retraction"}])
+                          .replace(",10.1000/q1,", ',"10.1000/q1,', 1))
+    cut_citation = tmp_path / "cut.csv"
+    cut_citation.write_text('oci,citing,cited,creation,timespan,journal_sc,author_sc\n'
+                            '1-2,10.1/a,"10.1/b,2020,P1Y,no,no\n3-4,10.1/c,10.1/d,2020,P1Y,no,no\n')
+    for source, path in (("retraction-watch", open_quote), ("opencitations", cut_citation)):
+        done = pith("import", source, str(path), url=url)
+        assert done.returncode == 1 and "line 2: a row of" in done.stderr.decode(), done.stderr.decode()
+        assert "a quote left open" in done.stderr.decode() and "nothing of this import was written" in done.stderr.decode()
     assert pith("import", "retraction-watch", "--partial", str(header_only), url=url).returncode == 0  # an excerpt
     assert await facts(url) == before
     # A file of another JSON source named as this one: read as this source's, an arXiv record's DOI and title
@@ -629,3 +642,63 @@ async def test_openalex_references_link_to_works_read_in_later_batches(seeded, t
       referenceIndex citedWork { doi title } } } } }""" % (PAPER, AT)))["data"]["paper"]["outbound"]["nodes"]
     assert [(r["referenceIndex"], r["citedWork"]["doi"], r["citedWork"]["title"]) for r in refs
             if r["source"] == "openalex"] == [(1, "10.7777/w.0", "Work 0"), (2, f"10.7777/w.{n - 1}", f"Work {n - 1}")]
+
+
+async def test_a_record_that_cannot_be_read_leaves_its_works_standing_as_it_was(admin_url, tmp_path):
+    """A Retraction Watch row of a nature no one defined, an OpenAlex is_retracted that is neither true nor false:
+    skipped, said where, and their works are not checked by the import (no receipt, no event ended), so a typo in
+    a monthly file never reads as "the retraction is gone". The other works are checked as before."""
+    url = await create_database(admin_url, "pith_test_src_unsure")
+    later = "2026-09-01T00:00:00Z"
+    rows = [{"OriginalPaperDOI": "10.1000/kept", "RetractionNature": "Retraction", "RetractionDate": "1/2/2021 0:00"},
+            {"OriginalPaperDOI": "10.1000/ends", "RetractionNature": "Retraction", "RetractionDate": "1/2/2021 0:00"}]
+    first, second = tmp_path / "rw1.csv", tmp_path / "rw2.csv"
+    first.write_text(rw_csv(rows))
+    second.write_text(rw_csv([{**rows[0], "RetractionNature": "Retracton"}]
+                             + [{"OriginalPaperDOI": "10.1000/other", "RetractionNature": "Correction"}]))
+    works = [{"id": f"https://openalex.org/W9{i}", "doi": f"https://doi.org/10.1000/oa{i}", "title": f"OA {i}",
+              "publication_year": 2020, "cited_by_count": 1, "is_retracted": True} for i in (1, 2)]
+    oa1, oa2 = tmp_path / "oa1.jsonl", tmp_path / "oa2.jsonl"
+    oa1.write_text("".join(json.dumps(w) + "\n" for w in works))
+    oa2.write_text(json.dumps({**works[0], "is_retracted": "true"}) + "\n"
+                   + json.dumps({**works[1], "is_retracted": False, "cited_by_count": "many"}) + "\n")
+    try:
+        async for served in serve(url, StatementLog()):
+            imported(url, "retraction-watch", str(first))
+            summary = imported(url, "retraction-watch", str(second), at=later)
+            assert "1 rows with an unknown RetractionNature" in summary and "the first at line 2" in summary, summary
+            assert "1 works whose record could not be read kept their standing" in summary, summary
+            kept = (await served.graphql(WORK, {"doi": "10.1000/kept", "at": later}))["data"]["work"]
+            assert kept["retracted"] is True, kept
+            assert [r["observedAt"] for r in kept["standing"]["sourceReceipts"]] == [AT], kept
+            ends = (await served.graphql(WORK, {"doi": "10.1000/ends", "at": later}))["data"]["work"]
+            assert ends["retracted"] is False, ends  # not in the whole database any more: its retraction ended
+            imported(url, "openalex", str(oa1))
+            summary = imported(url, "openalex", str(oa2), at=later)
+            assert "1 works whose is_retracted is neither true nor false, the first at line 1" in summary, summary
+            assert "1 cited_by_count values that are no count (not written), the first at line 2" in summary, summary
+            one = (await served.graphql(WORK, {"doi": "10.1000/oa1", "at": later}))["data"]["work"]
+            two = (await served.graphql(WORK, {"doi": "10.1000/oa2", "at": later}))["data"]["work"]
+            assert one["retracted"] is True and two["retracted"] is False, (one, two)
+            assert [m["count"] for m in two["externalCitationMeasurements"]] == [1], two  # the earlier count stands
+    finally:
+        await drop_database(admin_url, url)
+
+
+async def test_json_lines_whose_first_line_is_long_or_after_a_byte_order_mark(seeded, tmp_path):
+    """JSON lines are told from one document by their first line, however long (an OpenAlex work with its
+    references, a Crossref work with hundreds, pass 64 kB), after a byte order mark and blank lines too."""
+    url, served = seeded
+    works = [{"id": f"https://openalex.org/W8{i}", "doi": f"https://doi.org/10.1000/long{i}", "title": f"Long {i}",
+              "publication_year": 2020, "cited_by_count": i, "is_retracted": False,
+              "referenced_works": [f"https://openalex.org/W{n}" for n in range(4000)]} for i in (1, 2)]
+    text = "".join(json.dumps(w) + "\n" for w in works)
+    assert len(text.splitlines()[0]) > 1 << 16
+    long_first, marked = tmp_path / "long.jsonl", tmp_path / "bom.jsonl"
+    long_first.write_text(text)
+    marked.write_bytes(b"\xef\xbb\xbf\n" + json.dumps({**works[0], "cited_by_count": 7}).encode() + b"\n"
+                       + json.dumps({**works[1], "cited_by_count": 8}).encode() + b"\n")
+    assert "2 records" in imported(url, "openalex", str(long_first))
+    assert "2 records" in imported(url, "openalex", str(marked), at="2026-08-11T00:00:00Z")
+    found = (await served.graphql(WORK, {"doi": "10.1000/long2", "at": "2026-08-11T00:00:00Z"}))["data"]["work"]
+    assert [m["count"] for m in found["externalCitationMeasurements"]] == [8], found

@@ -14,12 +14,14 @@ source's receipt at the instant, events included, so the standing rules see that
 
 from __future__ import annotations
 
+import codecs
 import csv
 import functools
 import gzip
 import hashlib
 import html
 import io
+import itertools
 import json
 import os
 import re
@@ -125,6 +127,8 @@ class Summary:
     source: str
     records: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
+    first: dict[str, str] = field(default_factory=dict)  # each reason's first place (a record's line or number)
+    unsure: int = 0  # works a record could not be read for: their standing left as it was (Importer.unsure)
     facts_added: int = 0
     linked: int = 0  # references kept unlinked by an earlier import, linked by this one
     taken_up: int = 0  # references kept until their arXiv paper was loaded, added by this (arXiv) import
@@ -135,15 +139,20 @@ class Summary:
     reread: int = 0  # such references added by reading their snapshots' files again (still there as they were)
     seconds: float = 0.0
 
-    def skip(self, why: str) -> None:
+    def skip(self, why: str, where: int | str | None = None) -> None:
         self.skipped[why] = self.skipped.get(why, 0) + 1
+        if where is not None and why not in self.first:
+            self.first[why] = where if isinstance(where, str) else f"line {where}"
 
     def line(self) -> str:
         skipped = sum(self.skipped.values())
-        detail = "; ".join(f"{n} {why}" for why, n in sorted(self.skipped.items()))
+        detail = "; ".join(f"{n} {why}" + (f", the first at {self.first[why]}" if why in self.first else "")
+                           for why, n in sorted(self.skipped.items()))
         rate = self.records / self.seconds if self.seconds else self.records
         return (f"{self.source}: {self.records} records, {self.facts_added} facts added, {skipped} skipped"
                 + (f" ({detail})" if detail else "")
+                + (f"; {self.unsure} works whose record could not be read kept their standing as it was (correct the "
+                   "record and import the file again)" if self.unsure else "")
                 + (f", {self.linked} kept references linked" if self.linked else "")
                 + (f", {self.taken_up} references kept for these papers added" if self.taken_up else "")
                 + (f"; {self.still_kept} references kept for these papers are of instants before their snapshots: "
@@ -262,15 +271,19 @@ def json_records(stream: IO[bytes], keys: tuple[str, ...]) -> Iterator[tuple[int
     itself one record."""
     counting = _Counting(stream)
     buffered = io.BufferedReader(counting, 1 << 16)
-    first = buffered.peek(1 << 16)[:1 << 16].lstrip()
-    text = first.decode("utf-8", "replace")
-    # JSON lines: the first line is a whole object by itself.
-    newline = text.find("\n")
-    one_line = text[:newline] if newline >= 0 else None
-    if one_line is not None and one_line.strip() and _whole(one_line):
-        for number, raw in enumerate(buffered, start=1):
-            try:
-                value = orjson.loads(raw)  # several times json's speed: a refresh reads every line again
+    # JSON lines: the first line that is not blank is a whole object by itself, however long (an OpenAlex work
+    # with its references passes 64 kB), after a byte order mark if the file begins with one.
+    skipped, first = 0, buffered.readline()
+    if first.startswith(codecs.BOM_UTF8):
+        first = first[len(codecs.BOM_UTF8):]
+    while first and not first.strip():
+        skipped, first = skipped + 1, buffered.readline()
+    head = _whole(first) if first.endswith(b"\n") else None
+    if head is not None:
+        for number, raw in enumerate(itertools.chain((first,), buffered), start=skipped + 1):
+            try:  # (orjson: several times json's speed, and a refresh reads every line again)
+                value = orjson.loads(raw) if head is None else head
+                head = None
             except orjson.JSONDecodeError:
                 if not raw.strip():
                     continue
@@ -285,7 +298,7 @@ def json_records(stream: IO[bytes], keys: tuple[str, ...]) -> Iterator[tuple[int
             for i, record in enumerate(_records_of(value, keys)):
                 yield (number if i == 0 else f"line {number}, record {i + 1}"), record
         return
-    data = buffered.read()
+    data = first + buffered.read()
     try:
         document = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -294,11 +307,16 @@ def json_records(stream: IO[bytes], keys: tuple[str, ...]) -> Iterator[tuple[int
         yield f"record {i + 1}", record
 
 
-def _whole(line: str) -> bool:
+def _whole(line: bytes) -> dict | None:
+    """The line's object when it is one whole JSON object, else None."""
     try:
-        return isinstance(json.loads(line), dict)
-    except ValueError:
-        return False
+        value = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        try:  # (what orjson refuses and json reads: an integer past 64 bits)
+            value = json.loads(line)
+        except ValueError:
+            return None
+    return value if isinstance(value, dict) else None
 
 
 def _records_of(document: Any, keys: tuple[str, ...]) -> Iterator[Any]:
@@ -338,9 +356,19 @@ def csv_records(stream: IO[bytes], required: tuple[str, ...]) -> Iterator[tuple[
                                    f"{','.join(names)[:80]!r}): not this source's CSV")
         while names and names[-1] == "":
             names.pop()  # a header that ends with a comma: an empty 21st column
-        for row in reader:
+        while True:
+            begun = reader.line_num + 1
+            row = next(reader, None)
+            if row is None:
+                break
             if not "".join(row).strip():
                 continue  # blank trailing rows
+            if len(row) != len(names) and (len(row) < len(names) or "".join(row[len(names):]).strip()):
+                # A quote left open runs on over the lines after it (one row of the wrong shape, and the rows
+                # it swallowed never read): the file is broken here, not a record of it.
+                ran = f" (it runs on to line {reader.line_num})" if reader.line_num > begun else ""
+                raise Broken(f"line {begun}", f"a row of {len(row)} cells where the header names {len(names)}{ran}: "
+                                              "a quote left open, or a line broken or joined")
             yield f"line {reader.line_num}", dict(zip(names, row))  # cells are stripped where they are read
     except UnicodeDecodeError as exc:
         raise Broken(f"byte {counting.offset}", f"not UTF-8 text: {exc}") from None
@@ -451,6 +479,10 @@ class Importer:
         self.locked = False
         self.import_id = uuid.uuid4()
         self.usable_rows = 0  # Retraction Watch: rows with a DOI and a known nature
+        # DOIs with a record this import could not read (a Retraction Watch row of an unknown nature, an OpenAlex
+        # is_retracted neither true nor false): the import checks neither them nor their events, so what a
+        # record could not say never ends what an earlier one did.
+        self.unsure: set[str] = set()
 
     async def run(self, paths: list[str], *, kept_for: list[str] | None = None) -> Summary:
         """Import the files; or, with kept_for (and no files), add the references this source's snapshot of this
@@ -529,6 +561,8 @@ class Importer:
                 "SELECT DISTINCT s.work_id, c.source, c.observed_at, 'the whole ' || c.source || ' database' "
                 "FROM stage_work_snapshots AS s JOIN whole_source_checks AS c ON c.observed_at >= s.observed_at "
                 "WHERE s.doi IS NOT NULL")
+            if self.unsure:  # (after every receipt this import stages: the whole database's, the later checks')
+                self.summary.unsure = await leave_unsure(self.conn, sorted(self.unsure), self.name)
             # A DOI met again in a later batch (rows of one paper apart in the file, a work listed twice):
             # one fact per key, the latest-reported event and the last description read.
             for table, key, order in DEDUPE:
@@ -636,10 +670,10 @@ class Importer:
     # Crossref: the public data file, the 2025 JSON-lines layout, REST answers.
     def _crossref(self, work: Any, where: str) -> None:
         if not isinstance(work, dict):
-            return self.summary.skip("records that are not JSON objects")
+            return self.summary.skip("records that are not JSON objects", where)
         doi = normalize_doi(work.get("DOI"))
         if doi is None:
-            return self.summary.skip("works without a usable DOI")
+            return self.summary.skip("works without a usable DOI", where)
         report = self.report(doi)
         report.snapshot = True
         report.title = _text(work.get("title"))
@@ -672,16 +706,18 @@ class Importer:
     def _retraction_watch(self, row: dict[str, str], where: str) -> None:
         doi = normalize_doi(row.get("OriginalPaperDOI"))
         if doi is None:
-            return self.summary.skip("rows without a usable OriginalPaperDOI")
+            return self.summary.skip("rows without a usable OriginalPaperDOI", where)
         nature = RW_NATURES.get((row.get("RetractionNature") or "").strip().lower())
         if nature is None:
-            return self.summary.skip("rows with an unknown RetractionNature")
+            self.unsure.add(doi)
+            return self.summary.skip("rows with an unknown RetractionNature (Retraction, Correction, Expression of "
+                                     "concern or Reinstatement)", where)
         self.usable_rows += 1
         report = self.report(doi)
         reported = _rw_date(row.get("RetractionDate", ""))
         if reported is None and (row.get("RetractionDate") or "").strip():
             # (The event is kept, without its date: it is then ordered at its observation, docs/standing.md.)
-            self.summary.skip("RetractionDate values that are no date (M/D/YYYY or YYYY-MM-DD; the event kept undated)")
+            self.summary.skip("RetractionDate values that are no date (M/D/YYYY or YYYY-MM-DD; the event kept undated)", where)
         report.event(nature, reported, normalize_doi(row.get("RetractionDOI")))
         # Described only if no work has the DOI yet (decided when the batch is written).
         report.title = report.title or _text(row.get("Title"))
@@ -693,7 +729,7 @@ class Importer:
     # OpenAlex: works as JSON lines (the snapshot) or API JSON (one work, or `results`).
     def _openalex(self, work: Any, where: str) -> None:
         if not isinstance(work, dict):
-            return self.summary.skip("records that are not JSON objects")
+            return self.summary.skip("records that are not JSON objects", where)
         doi = normalize_doi(work.get("doi"))
         arxiv = _openalex_arxiv_id(work, doi)
         if doi is None and arxiv is not None:
@@ -704,7 +740,7 @@ class Importer:
         if wid:
             self.openalex_ids.append((wid, doi, title, year))
         if doi is None and arxiv is None:
-            return self.summary.skip("works without a DOI or arXiv id")
+            return self.summary.skip("works without a DOI or arXiv id", where)
         if doi is not None:
             report = self.report(doi)
             report.snapshot = True
@@ -714,8 +750,13 @@ class Importer:
             host = work.get("host_venue") if isinstance(work.get("host_venue"), dict) else {}
             report.venue = _text(source.get("display_name")) or _text(host.get("display_name"))
             report.count = _count(work.get("cited_by_count"))
+            if report.count is None and work.get("cited_by_count") is not None:
+                self.summary.skip("cited_by_count values that are no count (not written)", where)
             if work.get("is_retracted") is True:
                 report.event("retraction", None, None)
+            elif work.get("is_retracted") not in (False, None):
+                self.unsure.add(doi)
+                self.summary.skip("works whose is_retracted is neither true nor false", where)
         if arxiv is not None:
             # The counts are the arXiv paper's too: its externalCitationMeasurements, with counts_by_year.
             count = _count(work.get("cited_by_count"))
@@ -726,20 +767,20 @@ class Importer:
                          if isinstance(y, dict) and isinstance(y.get("year"), int)
                          and _count(y.get("cited_by_count")) is not None]
                 for _ in range(len(listed) - len(years)):
-                    self.summary.skip("counts_by_year entries without an integer year and count")
+                    self.summary.skip("counts_by_year entries without an integer year and count", where)
                 self.paper_counts[arxiv] = (count, years)
             for i, ref in enumerate(work.get("referenced_works") or (), start=1):
                 if isinstance(ref, str):
                     self.openalex_refs.append((arxiv, i, ref))
                 else:  # (the others keep their places in the list: a reference's index is its place)
-                    self.summary.skip("referenced_works entries that are no OpenAlex id")
+                    self.summary.skip("referenced_works entries that are no OpenAlex id", where)
         return None
 
     # arXiv metadata: the snapshot (JSON lines) here; OAI-PMH arXivRaw XML through arxiv_oai_records.
     def _arxiv(self, record: Any, where: str) -> None:
         paper = arxiv_paper(record)
         if isinstance(paper, str):  # why it holds none
-            return self.summary.skip(paper)
+            return self.summary.skip(paper, where)
         arxiv_id, title, versions, category, doi = paper
         self.papers[arxiv_id] = (title, len(versions), category, versions[0], versions[-1])
         if doi is not None:
@@ -750,10 +791,10 @@ class Importer:
     def _opencitations(self, row: dict[str, str], where: str) -> None:
         citing, cited = _oc_doi(row.get("citing")), _oc_doi(row.get("cited"))
         if cited is None:
-            return self.summary.skip("rows without a usable cited DOI")
+            return self.summary.skip("rows without a usable cited DOI", where)
         self.cited_counts[cited] = self.cited_counts.get(cited, 0) + 1
         if citing is None:
-            return self.summary.skip("citations without a usable citing DOI" + self._counted_for_the_cited())
+            return self.summary.skip("citations without a usable citing DOI" + self._counted_for_the_cited(), where)
         self.references.append(Reference("", 0, f"opencitations:{citing}:{cited}", cited, None, None,
                                          citing_doi=citing))
         return None
@@ -1327,6 +1368,16 @@ _RUN_STATEMENTS = (
     WHERE NOT EXISTS (SELECT 1 FROM work_events AS e WHERE e.work_id = u.work_id AND e.source = $1
                       AND e.event_type = u.event_type AND e.observed_at = u.started)""",
 )
+
+
+async def leave_unsure(conn: asyncpg.Connection, dois: list[str], source: str) -> int:
+    """Unstage this source's checks and events of the works with these DOIs (a record of theirs could not be
+    read): their standing stays as the imports before this one left it. The number of works."""
+    works = ("SELECT work_id FROM work_snapshots WHERE doi = any($1::text[]) "
+             "UNION SELECT work_id FROM stage_work_snapshots WHERE doi = any($1::text[])")
+    await conn.execute(f"DELETE FROM stage_work_events WHERE source = $2 AND work_id IN ({works})", dois, source)
+    await conn.execute(f"DELETE FROM stage_standing_receipts WHERE source = $2 AND work_id IN ({works})", dois, source)
+    return await conn.fetchval(f"SELECT count(*) FROM ({works}) AS w", dois)
 
 
 async def reconcile_events(conn: asyncpg.Connection, source: str, at: datetime) -> None:
