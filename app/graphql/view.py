@@ -208,7 +208,8 @@ class WSHandler(BaseGraphQLWSHandler[Context, None]):
             problem = "connection_init's payload must be an object (its connection parameters) or absent"
         if problem is not None:
             await self.send_message({"type": "connection_error", "payload": _error(problem, "BAD_REQUEST")})  # type: ignore
-            if isinstance(message, dict) and message.get("type") == "connection_init" and not self.connection_acknowledged:
+            refused_init = isinstance(message, dict) and message.get("type") == "connection_init"
+            if refused_init and not self.connection_acknowledged:
                 await self.websocket.close(code=1000, reason="")  # a connection refused, as Strawberry closes it
             return
         await super().handle_message(message)

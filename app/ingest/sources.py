@@ -717,7 +717,8 @@ class Importer:
         reported = _rw_date(row.get("RetractionDate", ""))
         if reported is None and (row.get("RetractionDate") or "").strip():
             # (The event is kept, without its date: it is then ordered at its observation, docs/standing.md.)
-            self.summary.skip("RetractionDate values that are no date (M/D/YYYY or YYYY-MM-DD; the event kept undated)", where)
+            self.summary.skip("RetractionDate values that are no date (M/D/YYYY or YYYY-MM-DD; the event kept undated)",
+                              where)
         report.event(nature, reported, normalize_doi(row.get("RetractionDOI")))
         # Described only if no work has the DOI yet (decided when the batch is written).
         report.title = report.title or _text(row.get("Title"))
