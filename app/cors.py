@@ -15,11 +15,15 @@ from starlette.middleware.cors import SAFELISTED_HEADERS, CORSMiddleware
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-# What Apollo Client, urql, Relay, graphql-sse and tracing libraries send across origins.
-DEFAULT_HEADERS = ("authorization", "content-type", "if-none-match", "x-request-id",
+# What Apollo Client, urql, Relay, graphql-sse, tracing and error-reporting libraries send across origins, and
+# a client's own request that no cache answer it (Cache-Control: no-cache, and Pragma from older code).
+DEFAULT_HEADERS = ("authorization", "content-type", "if-none-match", "x-request-id", "cache-control", "pragma",
                    "apollographql-client-name", "apollographql-client-version", "x-apollo-operation-name",
-                   "apollo-require-preflight", "traceparent", "tracestate")
-EXPOSED_HEADERS = ("etag", "x-request-id", "retry-after", "ratelimit", "ratelimit-policy")
+                   "apollo-require-preflight", "traceparent", "tracestate", "baggage", "sentry-trace")
+# What a page may read of an answer: its validator, id and budget, and what the exports say of themselves (the
+# instant answered, the cost, a list cut at its bound, the file's name).
+EXPOSED_HEADERS = ("etag", "x-request-id", "retry-after", "ratelimit", "ratelimit-policy", "x-as-of",
+                   "x-cost-requested", "x-cost-points", "x-truncated", "content-disposition")
 METHODS = ("GET", "POST")
 
 
@@ -28,8 +32,13 @@ class Cors(CORSMiddleware):
         from app.settings import normalize_origin
 
         origins = tuple(dict.fromkeys(normalize_origin(origin) for origin in origins))
+        # A page of an origin named may send its credentials (Apollo's and urql's `credentials: "include"`): the
+        # API reads none but a key, and an origin the operator named is trusted with the answers anyway. Any
+        # origin ("*") may not: a deployment behind a proxy that signs readers in by cookie would answer every
+        # site with its reader's view.
         super().__init__(app, allow_origins=list(origins), allow_methods=list(METHODS),
                          allow_headers=[*DEFAULT_HEADERS, *(h.lower() for h in headers)],
+                         allow_credentials=bool(origins) and "*" not in origins,
                          expose_headers=list(EXPOSED_HEADERS), max_age=600)
         self.origins = tuple(origins)
 

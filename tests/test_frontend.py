@@ -109,8 +109,16 @@ def test_without_origins_a_preflight_names_the_setting_and_plain_options_are_ans
 def test_simple_cross_origin_answers_expose_what_clients_read(app_server):
     response = httpx.get(app_server.base + "/graphql", params={"query": QUERY}, headers={"origin": APP})
     assert response.headers["access-control-allow-origin"] == APP
-    exposed = response.headers["access-control-expose-headers"].lower()
-    assert "etag" in exposed and "x-request-id" in exposed
+    exposed = response.headers["access-control-expose-headers"].lower().split(", ")
+    for header in ("etag", "x-request-id", "ratelimit", "retry-after", "x-truncated", "x-cost-points", "x-as-of",
+                   "content-disposition"):  # (what the exports say of themselves too)
+        assert header in exposed, exposed
+    # A page of a named origin may send its credentials (Apollo's and urql's credentials: "include").
+    assert response.headers["access-control-allow-credentials"] == "true"
+    preflight = httpx.options(app_server.base + "/graphql", headers={
+        "origin": APP, "access-control-request-method": "POST",
+        "access-control-request-headers": "content-type,cache-control,pragma,baggage,sentry-trace"})
+    assert preflight.status_code == 200 and preflight.headers["access-control-allow-credentials"] == "true"
 
 
 @asyncio
@@ -125,6 +133,9 @@ async def test_a_star_allows_every_origin_over_http_and_websocket(database_url):
             answer = await client.post("/graphql", json={"query": QUERY}, headers={"origin": anywhere})
         assert preflight.status_code == 200 and preflight.headers["access-control-allow-origin"] == "*"
         assert answer.status_code == 200 and answer.headers["access-control-allow-origin"] == "*"
+        # Any origin, but not with credentials: behind a proxy that signs readers in by cookie, every site would
+        # read with its reader's view.
+        assert "access-control-allow-credentials" not in answer.headers, answer.headers
         url = server.base.replace("http://", "ws://") + "/graphql"
         async with websockets.connect(url, subprotocols=["graphql-transport-ws"], origin=anywhere) as ws:
             await ws.send(json.dumps({"type": "connection_init"}))

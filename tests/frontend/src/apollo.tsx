@@ -43,7 +43,8 @@ const link = ApolloLink.split(
     return definition.kind === "OperationDefinition" && definition.operation === "subscription";
   },
   new GraphQLWsLink(ws),
-  new HttpLink({ uri: API + "/graphql" }),
+  // credentials: "include", as many apps set it: the server allows it for the origins it names
+  new HttpLink({ uri: API + "/graphql", credentials: "include" }),
 );
 const client = new ApolloClient({
   link,
