@@ -93,3 +93,34 @@ class Cors(CORSMiddleware):
             reasons.append("private network access is not allowed")
         keep = {k: v for k, v in answer.headers.items() if k.lower().startswith(("access-control-", "vary"))}
         return transport_error(403, "CORS preflight refused: " + "; ".join(reasons), "CORS_REFUSED", headers=keep)
+
+
+_configured: Cors | None = None
+
+
+def refusal_headers(origin: bytes | None) -> list[tuple[bytes, bytes]]:
+    """The CORS fields of an answer written before the middleware runs (uvicorn's protocol: a 431 for a head
+    past its bound, a 503 at the connection limit), by the same rule as every other answer (Cors, from the
+    settings, made once per worker): a page of an allowed origin can read why it was refused."""
+    global _configured
+    if origin is None:
+        return []
+    if _configured is None:
+        from app.settings import Settings
+
+        try:
+            settings = Settings.from_env()
+            _configured = Cors(_nothing, origins=settings.cors_origins, headers=settings.cors_headers)
+        except Exception:  # noqa: BLE001 - the server refuses a bad setting at start; here, allow none
+            _configured = Cors(_nothing)
+    text = origin.decode("latin-1")
+    if not _configured.origins or not _configured.is_allowed_origin(text):
+        return []
+    fields = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in _configured.simple_headers.items()]
+    if not _configured.allow_all_origins:
+        fields += [(b"access-control-allow-origin", origin), (b"vary", b"Origin")]
+    return fields
+
+
+async def _nothing(scope: Scope, receive: Receive, send: Send) -> None:
+    return None

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 import struct
 from typing import Any
@@ -27,18 +28,23 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 from app import metrics
+from app.cors import refusal_headers
 from app.limits import BODY_TIMEOUT_SECONDS, HEAD_TIMEOUT_SECONDS, MAX_HEADER_BYTES, RETRY_AFTER_SECONDS
 
 
 async def service_unavailable(scope: Any, receive: Any, send: Any) -> None:
     """uvicorn's answer past `limit_concurrency`, with Retry-After and in the GraphQL error shape (uvicorn's
-    own has neither): the request was not read, a client may retry it."""
+    own has neither), a request id and the CORS fields a page needs to read it: the request was not read, a
+    client may retry it."""
+    rid = os.urandom(16).hex()
     body = (b'{"errors":[{"message":"the server is at its limit of connections; retry shortly",'
-            b'"extensions":{"code":"SERVICE_UNAVAILABLE"}}]}')
+            b'"extensions":{"code":"SERVICE_UNAVAILABLE","requestId":"' + rid.encode() + b'"}}]}')
+    origin = next((value for name, value in scope.get("headers") or () if name == b"origin"), None)
     await send({"type": "http.response.start", "status": 503,
                 "headers": [(b"content-type", b"application/json; charset=utf-8"),
                             (b"content-length", str(len(body)).encode()),
                             (b"retry-after", RETRY_AFTER_SECONDS.encode()),
+                            (b"x-request-id", rid.encode()), *refusal_headers(origin),
                             (b"connection", b"close")]})
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
@@ -91,6 +97,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._timer: asyncio.TimerHandle | None = None  # the head's or the body's deadline
         self._due: float | None = None  # the deadline a message still being read needs, armed once its chunk is read
         self._peer: str | None = None  # the untrusted address this connection is counted against
+        self._origin: bytes | None = None  # the request's Origin, for a 431's CORS fields
 
     # --- timeouts: a head must arrive within HEAD_TIMEOUT_SECONDS of its first byte (or of the connection
     # opening), a body within BODY_TIMEOUT_SECONDS of its head; uvicorn's timeout_keep_alive bounds the
@@ -158,7 +165,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             raise HeadersTooLarge  # httptools stops parsing; data_received answers (send_400_response)
 
     def on_message_begin(self) -> None:
-        self._head = 0
+        self._head, self._origin = 0, None
         self._due = HEAD_TIMEOUT_SECONDS
         super().on_message_begin()
 
@@ -167,6 +174,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().on_url(url)
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if len(name) == 6 and name.lower() == b"origin":
+            self._origin = value
         self._count(len(name) + len(value) + 4)
         super().on_header(name, value)
 
@@ -219,12 +228,17 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if not self._too_large:
             super().send_400_response(msg)
             return
+        rid = os.urandom(16).hex()
         body = (f'{{"errors":[{{"message":"the request line and headers are larger than {self.limit} bytes",'
-                f'"extensions":{{"code":"REQUEST_HEADER_FIELDS_TOO_LARGE"}}}}]}}').encode()
-        self.logger.warning("refused a request whose headers are larger than %d bytes", self.limit)
+                f'"extensions":{{"code":"REQUEST_HEADER_FIELDS_TOO_LARGE","requestId":"{rid}"}}}}]}}').encode()
+        self.logger.warning("refused a request whose headers are larger than %d bytes (request id %s)", self.limit,
+                            rid)
+        # (The Origin counts when it came before the bound: browsers send it before cookies and most of their own.)
+        fields = b"".join(name + b": " + value + b"\r\n" for name, value in refusal_headers(self._origin))
         self.transport.write(b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
                              b"content-type: application/json; charset=utf-8\r\n"
-                             b"content-length: " + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n" + body)
+                             b"content-length: " + str(len(body)).encode() + b"\r\nx-request-id: " + rid.encode()
+                             + b"\r\n" + fields + b"connection: close\r\n\r\n" + body)
         self.transport.close()
 
 

@@ -18,9 +18,12 @@ pytestmark = pytest.mark.asyncio(loop_scope="session")
 QUERY = '{ paper(arxivId: "2402.15627") { arxivId } }'
 
 
+APP = "http://app.example"  # an origin the servers here allow
+
+
 @pytest.fixture(scope="module")
 def server(database_url):
-    s = LiveServer(database_url)
+    s = LiveServer(database_url, env={"PITH_CORS_ORIGINS": APP})
     yield s
     s.stop()
 
@@ -89,6 +92,19 @@ async def test_a_huge_head_gets_431_and_a_never_ending_header_line_is_cut(server
     answer = await asyncio.wait_for(reader.read(4096), 10)
     writer.close()
     assert answer.startswith(b"HTTP/1.1 431") and b"REQUEST_HEADER_FIELDS_TOO_LARGE" in answer, answer[:200]
+    # From a page of an allowed origin (a browser sends Origin before its cookies and most of its own fields): the
+    # CORS fields the page needs to read why, and a request id, as every other refusal has.
+    for origin, readable in ((APP, True), ("http://elsewhere.example", False)):
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(post(b"{}", extra=b"Origin: " + origin.encode() + b"\r\nCookie: " + b"c" * MAX_HEADER_BYTES
+                          + b"\r\n"))
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.read(4096), 10)
+        writer.close()
+        head = answer.split(b"\r\n\r\n")[0].lower()
+        assert answer.startswith(b"HTTP/1.1 431") and b"\r\nx-request-id: " in head, answer[:400]
+        assert (b"access-control-allow-origin: " + origin.encode() in head) is readable, answer[:600]
+        assert (b"access-control-expose-headers: " in head) is readable, answer[:600]
     # Many headers, each small, together past the bound.
     reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
     writer.write(post(b"{}", extra=b"".join(b"X-H%d: %s\r\n" % (i, b"b" * 100) for i in range(400))))
@@ -208,7 +224,7 @@ async def test_past_its_connection_limit_a_worker_answers_503_with_retry_after(d
     resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))  # the server process inherits it
     try:
         limit = concurrency_limit(Settings())
-        small = LiveServer(database_url)
+        small = LiveServer(database_url, env={"PITH_CORS_ORIGINS": APP})
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     held = []
@@ -216,11 +232,16 @@ async def test_past_its_connection_limit_a_worker_answers_503_with_retry_after(d
         for i in range(limit):  # from several addresses, each within its share of the connections
             held.append(await asyncio.open_connection("127.0.0.1", small.port, local_addr=(f"127.0.1.{i % 6 + 1}", 0)))
         reader, writer = await asyncio.open_connection("127.0.0.1", small.port)
-        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\nOrigin: " + APP.encode() + b"\r\n\r\n")
         await writer.drain()
-        status, body = await read_response(reader)
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        body = await asyncio.wait_for(reader.read(4096), 10)
         writer.close()
-        assert status == 503 and b"SERVICE_UNAVAILABLE" in body, (status, body)
+        assert head.startswith(b"HTTP/1.1 503") and b"SERVICE_UNAVAILABLE" in body, (head, body)
+        # A page can read it (and its Retry-After), and it carries a request id like every refusal.
+        fields = head.lower()
+        assert b"access-control-allow-origin: " + APP.encode() in fields and b"retry-after: " in fields, head
+        assert b"x-request-id: " in fields and b'"requestId"' in body, (head, body)
     finally:
         for _, w in held:
             w.close()
