@@ -27,6 +27,7 @@ class Context:
     deadline_seconds: float | None = None  # PITH_REQUEST_TIMEOUT; None: no deadline
     deadline_at: float | None = None  # the event loop's clock when it passes
     connection_params: Any = None  # a WebSocket's connection_init payload (Strawberry sets it)
+    payload_checked: bool = False  # its authorization read (GraphQLView.payload_client): once a connection
     # A connection's context (a WebSocket's, an HTTP stream's): each operation runs in a copy of its own
     # (for_operation), with its own session, loaders, instant, charge and deadline.
     per_connection: bool = False

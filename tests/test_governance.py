@@ -312,7 +312,13 @@ async def test_websockets_per_client_are_capped_and_freed_on_close(database_url)
         await bad.send(json.dumps({"type": "connection_init", "payload": {"authorization": "Bearer pith_nope"}}))
         with pytest.raises(websockets.ConnectionClosed) as closed:
             await bad.recv()
-        assert closed.value.rcvd.code == 4403
+        assert closed.value.rcvd.code == 4403 and "API key is unknown" in closed.value.rcvd.reason, closed.value.rcvd
+        # graphql-ws: its connection_error, with the same reason.
+        bad = await websockets.connect(url, subprotocols=["graphql-ws"])
+        await bad.send(json.dumps({"type": "connection_init", "payload": {"authorization": "Bearer pith_nope"}}))
+        answer = json.loads(await asyncio.wait_for(bad.recv(), 10))
+        assert answer["type"] == "connection_error" and "API key is unknown" in answer["payload"]["reason"], answer
+        await bad.close()
         for _ in range(MAX_WEBSOCKETS_PER_CLIENT):
             ws = await websockets.connect(url, subprotocols=["graphql-transport-ws"])
             await ws.send(json.dumps({"type": "connection_init"}))

@@ -166,6 +166,20 @@ def _envelope_problem(message: Any) -> str | None:
 
 
 class TransportWSHandler(BaseGraphQLTransportWSHandler[Context, None]):
+    async def handle_connection_init(self, message: Any) -> None:
+        # A key refused: closed 4403 as the protocol asks, with the reason (Strawberry's close says "Forbidden",
+        # the word a refused origin's close would need too: a page could not tell a bad key from its origin).
+        payload = message.get("payload")
+        if isinstance(payload, dict) and not self.connection_init_received and not self.connection_timed_out:
+            refused = await self.view.payload_client(self.context, payload)  # type: ignore[attr-defined]
+            if refused is not None:
+                self.connection_init_received = True
+                if self.connection_init_timeout_task:
+                    self.connection_init_timeout_task.cancel()
+                await self.websocket.close(code=4403, reason=_close_reason(refused))
+                return
+        await super().handle_connection_init(message)
+
     async def handle_message(self, message: Any) -> None:
         problem = _envelope_problem(message)
         if problem is not None:  # the protocol's answer to an invalid message: close 4400 with the reason
@@ -548,17 +562,28 @@ class GraphQLView(StrawberryGraphQL[Context, None]):
         """connection_init: an `authorization` in its payload names the client (as the header would)."""
         from strawberry.exceptions import ConnectionRejectionError
 
-        params = context.connection_params if isinstance(context.connection_params, dict) else {}
+        refused = await self.payload_client(context, context.connection_params)
+        if refused is not None:
+            raise ConnectionRejectionError({"reason": refused})
+        return await super().on_ws_connect(context)
+
+    async def payload_client(self, context: Context, payload: Any) -> str | None:
+        """The client a connection_init payload's `authorization` names, set on the context (once per
+        connection: a bad key is charged once); or why it is refused."""
+        if context.payload_checked:
+            return None
+        context.payload_checked = True
+        params = payload if isinstance(payload, dict) else {}
         given = params.get("authorization") or params.get("Authorization")
         if given is None:
-            return await super().on_ws_connect(context)
+            return None
         if not isinstance(given, str):
-            raise ConnectionRejectionError({"reason": "connection_init payload: authorization must be a string"})
+            return "connection_init payload: authorization must be a string"
         try:
             context.client = await self.state.governor.client_of(context.client.address, given)
         except Unauthenticated as exc:
-            raise ConnectionRejectionError({"reason": str(exc)}) from None
-        return await super().on_ws_connect(context)
+            return str(exc)
+        return None
 
 
 async def _refuse_websocket(ws: Any, code: int, reason: str) -> None:
@@ -566,4 +591,9 @@ async def _refuse_websocket(ws: Any, code: int, reason: str) -> None:
     offered = ws.scope.get("subprotocols") or []
     protocol = next((p for p in offered if p in (GRAPHQL_TRANSPORT_WS_PROTOCOL, GRAPHQL_WS_PROTOCOL)), None)
     await ws.accept(subprotocol=protocol)
-    await ws.close(code=code, reason=reason[:120])
+    await ws.close(code=code, reason=_close_reason(reason))
+
+
+def _close_reason(reason: str) -> str:
+    """A close frame's reason: at most 123 bytes of UTF-8 (RFC 6455), cut on a character."""
+    return reason.encode()[:120].decode(errors="ignore")
