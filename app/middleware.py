@@ -171,7 +171,7 @@ class BodyLimitAndCancelOnDisconnect:
     """
 
     def __init__(self, app: ASGIApp, max_body: int = MAX_BODY_BYTES,
-                 on_refused: Callable[[Scope], Awaitable[None]] | None = None) -> None:
+                 on_refused: Callable[[Scope], Awaitable[list[tuple[bytes, bytes]]]] | None = None) -> None:
         self.app = app
         self.max_body = max_body
         self.on_refused = on_refused  # a body over the limit is charged to its client (app.state.App.charge_refusal)
@@ -180,11 +180,11 @@ class BodyLimitAndCancelOnDisconnect:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        async def refuse() -> None:  # 413, charged to its client
-            if self.on_refused is not None:
-                await self.on_refused(scope)
-            await error_response(413, f"request body is larger than {self.max_body} bytes", scope.get("path"))(
-                scope, receive, send)
+        async def refuse() -> None:  # 413, charged to its client, with what its budget holds after it
+            budget = await self.on_refused(scope) if self.on_refused is not None else []
+            response = error_response(413, f"request body is larger than {self.max_body} bytes", scope.get("path"))
+            response.raw_headers += budget
+            await response(scope, receive, send)
 
         chunks: list[bytes] = []
         size = 0

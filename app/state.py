@@ -138,10 +138,11 @@ class App:
         note(client=client)
         return client
 
-    async def charge_refusal(self, scope: Scope) -> None:
+    async def charge_refusal(self, scope: Scope) -> list[tuple[bytes, bytes]]:
         """A request refused before its operation ran (a body too large or not JSON, a media type or an Accept not
-        served): a point of its client's hour, as a refused document costs (app.pipeline.charge_refusal)."""
-        from app.governor import Unauthenticated
+        served): a point of its client's hour, as a refused document costs (app.pipeline.charge_refusal). The
+        RateLimit fields after it, for a refusal that no transport gives them (the body layer's 413)."""
+        from app.governor import Unauthenticated, rate_limit_headers
         from app.pipeline import charge_refusal
 
         client = scope.get("pith.client")
@@ -149,8 +150,9 @@ class App:
             try:
                 client = await self.identify(scope)
             except Unauthenticated:
-                return  # (a bad key's refusal is charged to its address already)
+                return []  # (a bad key's refusal is charged to its address already)
         await charge_refusal(self.governor, client)
+        return rate_limit_headers(self.governor.status(client))
 
     def respond(self, result: Any, media: str | None) -> Response:
         """The HTTP response for an execution result (App.outcome). The transports add the RateLimit fields."""

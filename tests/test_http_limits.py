@@ -375,3 +375,29 @@ async def test_a_websocket_message_is_bounded_as_a_body_is(server):
         with pytest.raises(websockets.ConnectionClosed) as closed:
             await asyncio.wait_for(ws.recv(), 30)
         assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009, closed.value
+
+
+async def test_a_body_past_the_limit_is_charged_and_says_what_its_budget_holds(database_url):
+    """The body layer's 413 costs its client a point, as every refusal does, and says so as every governed answer
+    does: the RateLimit fields after the charge (a client reading them saw its budget only on other answers)."""
+    import httpx
+
+    production = LiveServer(database_url, env={"PITH_ENV": "production"})
+    try:
+        async with httpx.AsyncClient(base_url=production.base, timeout=30) as client:
+            ok = await client.post("/graphql", content=padded(200), headers={"content-type": "application/json"})
+            left = [int(ok.headers["ratelimit"].split("r=")[1].split(";")[0])]
+            for declared in (True, False):  # refused from its Content-Length, and as it is read (chunked)
+                body = padded(MAX_BODY_BYTES + 1)
+                async def chunks(body: bytes = body):  # noqa: ANN202 - no Content-Length: read until the limit
+                    yield body[:50_000]
+                    yield body[50_000:]
+
+                too_big = await client.post("/graphql", content=body if declared else chunks(),
+                                            headers={"content-type": "application/json"})
+                assert too_big.status_code == 413, too_big.text
+                assert "ratelimit-policy" in too_big.headers, too_big.headers
+                left.append(int(too_big.headers["ratelimit"].split("r=")[1].split(";")[0]))
+        assert left[0] > left[1] > left[2], left
+    finally:
+        production.stop()
