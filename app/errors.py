@@ -36,10 +36,11 @@ def deadline_error(seconds: float) -> OperationError:
 
 def busy_error(seconds: float) -> OperationError:
     """An operation that never started: the capacity it waits for (a heavy slot, the client's own places) stayed
-    taken by other work until its deadline. Not the operation's size: the same request may fit a moment later."""
+    taken by other work until its deadline. Not the operation's size: the same request may fit a moment later, so
+    it is the server's unavailability (503 with Retry-After, SERVICE_UNAVAILABLE), not a timeout of the work."""
     from app.limits import RETRY_AFTER_SECONDS
 
-    return OperationError(f"the operation did not start within the {seconds:g} s deadline: the server's capacity for "
-                          "work of this price stayed taken by other operations (yours or other clients'); nothing "
-                          f"ran; retry in {RETRY_AFTER_SECONDS} s, or send fewer such operations at once", "TIMEOUT",
+    return OperationError(f"the server is busy: this did not start within the {seconds:g} s deadline, its capacity for "
+                          "work of this price taken by other requests (yours or other clients'); nothing ran; retry in "
+                          f"{RETRY_AFTER_SECONDS} s, or send fewer such requests at once", "SERVICE_UNAVAILABLE",
                           deadlineSeconds=seconds, retryAfter=int(RETRY_AFTER_SECONDS))

@@ -752,7 +752,7 @@ class Governor:
         four, every one held) until the deadline. RateLimited when over budget; TimeoutError when admission
         takes longer than `within` seconds (the request's deadline: every caller passes what it has left),
         holding nothing then."""
-        if units <= LIGHT_COST and self.budgets.held(client, points):
+        if units <= LIGHT_COST and units <= HEAVY_COST and self.budgets.held(client, points):
             # No slot to wait for and the points held in memory: nothing can wait, so no timer is set
             # (a lookup's admission, a few microseconds).
             return await self._admit(client, points, units, session)

@@ -651,3 +651,29 @@ async def test_a_list_whose_reader_stops_reading_is_cut_at_its_stall_not_its_who
         await asyncio.sleep(0.1)
         assert state.governor.heavy._value == free
         await assert_settled(state.pool, database_url)
+
+
+async def test_a_list_or_page_that_waits_past_its_deadline_for_a_slot_is_503_with_retry_after(database_url,
+                                                                                             statements, monkeypatch):
+    """Ten downloads at once, one heavy slot: those that never got it by their deadline were 504 "ask for less
+    (smaller first, maxChanges...)", words for a request too big. Nothing ran; the server was busy: 503 with
+    Retry-After, on the bulk list and on a governed page alike."""
+    from app import governor as governor_module
+
+    monkeypatch.setattr(governor_module, "HEAVY_COST", 0)  # every operation heavy: each takes a slot
+    settings = Settings(database_url=database_url, request_timeout=0.5)
+    async for served in serve(database_url, statements, settings, expect_5xx=True):
+        governor = served.app.state.pith.governor
+        held = governor.heavy._value
+        for _ in range(held):
+            await governor.heavy.acquire()
+        try:
+            for path in ("/paper/2402.15627/inbound.ndjson", "/paper/2402.15627/citation-record.json"):
+                busy = await served.client.get(path)
+                assert busy.status_code == 503 and busy.headers["retry-after"], (path, busy.status_code, busy.text)
+                message = busy.json()["error"]["message"]
+                assert "busy" in message and "ask for less" not in message, (path, message)
+        finally:
+            for _ in range(held):
+                governor.heavy.release()
+        assert (await served.client.get("/paper/2402.15627/inbound.ndjson")).status_code == 200

@@ -172,7 +172,7 @@ def routes(app: Any) -> list:  # app.state.App
             except (RateLimited, TooFast) as exc:
                 response = too_many(request, exc)
             except TimeoutError:
-                response = error_for(request, 504, busy_error(app.settings.request_timeout or 0).message)
+                response = error_for(request, 503, busy_error(app.settings.request_timeout or 0).message)
             else:
                 try:
                     async with asyncio.timeout(app.settings.request_timeout):
@@ -449,8 +449,8 @@ retracted, with the source and time of every fact. Every record is a canonical, 
                 ticket = await governor.admit(client, price.points, price.units, session, deadline)
             except RateLimited as exc:
                 return told(too_many(request, exc))
-            except TimeoutError:
-                return told(error_for(request, 504, deadline_error(deadline).message))
+            except TimeoutError:  # no slot within the deadline: nothing ran
+                return told(error_for(request, 503, busy_error(deadline).message))
         finally:
             if ticket is None:
                 await session.close()
