@@ -92,7 +92,10 @@ class RateLimited(Exception):
     def __init__(self, status: "BudgetStatus", cost: int) -> None:
         super().__init__(f"this operation costs {cost} points and {status.remaining} of the {status.limit} points "
                          f"per hour remain; the budget resets at {status.reset_text} (in {status.retry_after} s). "
-                         "Ask for less (where it takes them: a smaller first, fewer ids) or wait")
+                         + ("A smaller request may fit what remains. " if 0 < status.remaining < cost else "")
+                         + "Reading a whole list: pages of the largest first cost the fewest points a row, and the "
+                         "bulk routes (GET /paper/{arxivId}/inbound.ndjson, outbound.ndjson) send it in one request "
+                         "for about a point a hundred rows; an API key has a budget of its own")
         self.status, self.cost = status, cost
 
 
