@@ -41,7 +41,10 @@ class CitationRecord:
     def as_of(self) -> datetime:
         return self.rows.as_of
 
-    @strawberry.field(description="sha256 of the document without as_of and context_digest: stable while content is.")
+    @strawberry.field(description="sha256 of the document without as_of and context_digest: stable while content "
+                                  "is. The thesis names the as-of day, so the digest also changes when the UTC date "
+                                  "turns over (recordDiff then lists no changes; compare digests of one day, or read "
+                                  "recordChanged).")
     def context_digest(self) -> str:
         return self._document["context_digest"]
 
