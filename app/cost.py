@@ -166,12 +166,19 @@ class Costing:
                     # Each paper priced by its own size (the same nodes as `size` papers priced at once).
                     nodes += multiplier * size
                     root, self.root = self.root, False
+                    fitting, advised = 0, self.advice
                     for arxiv_id in ids:
                         self.paper = arxiv_id if isinstance(arxiv_id, str) else None
                         below = self.price(field.selection_set, multiplier)
                         nodes += below.nodes
                         units += below.units + (multiplier if field.selection_set is not None else 0)
+                        fitting += units <= MAX_COST
                     self.root, self.paper = root, None
+                    if units > MAX_COST and advised is None and 0 < fitting < size:
+                        # Priced each by its own size: how many of these ids one query holds, in the order given.
+                        self.advice = (f"the {size} papers are priced each by its own size and the first {fitting} "
+                                       f"fit the limit together: ask for arxivIds[0:{fitting}], then the rest in "
+                                       "further queries")
                     continue
             elif name == "neighbourhood":
                 depth = args.get("depth") or argument_default("depth")
@@ -204,7 +211,7 @@ class Costing:
                 self.advice = (f"Each paper reached through a list has its {name} priced as the largest paper could "
                                f"be ({self.scale.max_degree:,} observations), whatever its own size; name the papers "
                                f"instead: papers(arxivIds: [...]) {{ {name} }} prices each by its own size (up to "
-                               f"{MAX_IDS} ids a query)")
+                               f"{MAX_IDS} ids a query, as many as their sizes fit: its refusal says how many)")
             if name == "citationRecord" and any(f.name.value == "document" for f in self.fields(field.selection_set)):
                 # the document as a JSON object: its objects are the answer's (what it itemizes, ~12 each)
                 units += multiplier * record_objects(self.size_of(args.get("arxivId") if self.root else self.paper))
@@ -246,6 +253,10 @@ class Costing:
         if name == "timeline" and diff_units(own, 100) <= MAX_COST:
             instead.append(f"recordDiff(arxivId: \"{arxiv_id}\", from:, to:, maxChanges:) for what changed in a "
                            "window")
+        if name in ("timeline", "recordDiff") and served_record_units(own) <= MAX_COST // 2:
+            instead.append(f"what changed between two instants: citationRecord(arxivId: \"{arxiv_id}\", asOf:) at "
+                           "each (two aliases in one query), compared item by item (each carries its "
+                           "observation_digest)")
         if name == "neighbourhood":
             instead.append("a smaller perPaper or depth")
         if name != "citationsByYear" and self.work("citationsByYear", {}, 1) <= MAX_COST:

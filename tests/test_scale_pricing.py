@@ -332,3 +332,36 @@ async def test_a_stalled_download_is_dropped_with_its_unsent_bytes(hub_graph):
         assert not received.endswith(b"0\r\n\r\n")
     finally:
         server.stop()
+
+
+async def test_refusals_name_what_fits_instead_for_many_ids_and_a_hubs_history():
+    """Two refusals told what does not fit: papers(arxivIds: [...]) { timeline } "up to 100 ids" when a dozen
+    fit; a hub's timeline or recordDiff, with no word of the two records a client can compare. Each now says
+    what is admitted, and that is."""
+    from graphql import parse
+
+    from app.cost import DataScale, PaperSize, operation_price, refusal
+    from app.schema import schema
+
+    ids = [f"1501.{n:05d}" for n in range(1, 41)]
+    sizes = {i: PaperSize(inbound=300, outbound=40) for i in ids}
+    query = 'query($ids: [String!]!) { papers(arxivIds: $ids) { timeline(first: 10) { nodes { at contextDigest } } } }'
+    refused = refusal(operation_price(schema._schema, parse(query), None, {"ids": ids}, DataScale(), sizes=sizes))
+    assert refused is not None and "arxivIds[0:" in refused.message, refused
+    fits = int(refused.message.split("arxivIds[0:")[1].split("]")[0])
+    assert 1 <= fits < len(ids), refused.message
+    assert refusal(operation_price(schema._schema, parse(query), None, {"ids": ids[:fits]}, DataScale(),
+                                   sizes=sizes)) is None
+    assert refusal(operation_price(schema._schema, parse(query), None, {"ids": ids[:fits + 1]}, DataScale(),
+                                   sizes=sizes)) is not None
+    hub = {"1501.00001": PaperSize(inbound=27_886, outbound=23)}
+    for asked in ('timeline(first: 1, from: "2026-06-01T00:00:00Z") { nodes { at } }',):
+        query = '{ paper(arxivId: "1501.00001") { %s } }' % asked
+        refused = refusal(operation_price(schema._schema, parse(query), None, {}, DataScale(), sizes=hub))
+        assert refused is not None and "citationRecord(arxivId: \"1501.00001\", asOf:)" in refused.message, refused
+    diff = '{ recordDiff(arxivId: "1501.00001", from: "2026-06-01T00:00:00Z", to: "2026-06-02T00:00:00Z") { toContextDigest } }'
+    refused = refusal(operation_price(schema._schema, parse(diff), None, {}, DataScale(), sizes=hub))
+    assert refused is not None and "citationRecord(arxivId: \"1501.00001\", asOf:)" in refused.message, refused
+    two = ('{ a: citationRecord(arxivId: "1501.00001", asOf: "2026-06-01T00:00:00Z") { contextDigest } '
+           'b: citationRecord(arxivId: "1501.00001", asOf: "2026-06-02T00:00:00Z") { contextDigest } }')
+    assert refusal(operation_price(schema._schema, parse(two), None, {}, DataScale(), sizes=hub)) is None
