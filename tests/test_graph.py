@@ -337,3 +337,20 @@ async def test_every_response_reports_its_cost(served):
     body = await served.graphql('{ paper(arxivId: "2402.15627") { title } }')
     assert set(body["extensions"]["cost"]) == {"nodes", "limit", "statements", "requested", "actual", "maxRequested",
                                                "points"}
+
+
+async def test_a_paper_says_the_instant_it_was_read_at_to_page_on_at_it(served):
+    """Pages read as of now move when an import lands between them (a count that grows mid-walk); each paper says
+    the instant it was read at, the asOf given or the request's now, and passing it back reads the same graph."""
+    pinned = await served.graphql('{ paper(arxivId: "2402.15627", asOf: "2026-08-05T04:52:00Z") { asOf } }')
+    assert pinned["data"]["paper"]["asOf"] == "2026-08-05T04:52:00Z", pinned
+    now = await served.graphql('{ paper(arxivId: "2402.15627") { asOf inbound(first: 2) { totalCount '
+                               'pageInfo { endCursor } } } }')
+    paper = now["data"]["paper"]
+    read = datetime.fromisoformat(paper["asOf"].replace("Z", "+00:00"))
+    assert abs((datetime.now(timezone.utc) - read).total_seconds()) < 600, paper
+    following = await served.graphql('query($at: DateTime, $after: String) { paper(arxivId: "2402.15627", asOf: $at) '
+                                     '{ asOf inbound(first: 2, after: $after) { totalCount } } }',
+                                     {"at": paper["asOf"], "after": paper["inbound"]["pageInfo"]["endCursor"]})
+    assert following["data"]["paper"]["asOf"] == paper["asOf"], following
+    assert following["data"]["paper"]["inbound"]["totalCount"] == paper["inbound"]["totalCount"], following

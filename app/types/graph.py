@@ -149,6 +149,12 @@ class Paper(Node):
                    submitted_at=snapshot.submitted_at, last_updated=snapshot.last_updated,
                    snapshot_observed_at=snapshot.observed_at)
 
+    @strawberry.field(name="asOf", description=(
+        "The instant this paper was read at: the asOf given, else the request's now. Pass it as asOf to read the "
+        "next pages (or other papers) at the same instant: read as of now, a list moves as imports change it."))
+    def read_at(self) -> datetime:
+        return self.as_of
+
     @strawberry.field(description=(
         "Observations of papers citing this one, ordered by citing arXiv id, reference index, then observation id "
         "(the record's order). Keyset cursors: any page costs what the first does. Null (with an error) when "
