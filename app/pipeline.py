@@ -528,7 +528,12 @@ class RequestPipeline(SchemaExtension):
                 ticket, error = await admit(context, self.price)
             if ticket is not None and not ticket.light:  # its turns wait for the process's light work
                 turn = TURN.set(ticket.light_first.turn)
-                await ticket.light_first.turn()
+                try:
+                    await ticket.light_first.turn()
+                except BaseException:  # cancelled while it waited (its client left): its slots back, as settled
+                    TURN.reset(turn)  # below (a ticket held here kept a costly slot for the process's life)
+                    context.governor.settle(ticket, None)
+                    raise
             if error is None:
                 session = getattr(context, "session", None)
                 if session is not None and session.statements == 0:

@@ -680,3 +680,37 @@ async def test_a_list_or_page_that_waits_past_its_deadline_for_a_slot_is_503_wit
             for _ in range(held):
                 governor.heavy.release()
         assert (await served.client.get("/paper/2402.15627/inbound.ndjson")).status_code == 200
+
+
+async def test_an_operation_cancelled_while_it_waits_for_its_turn_gives_its_slots_back(database_url, statements):
+    """An operation over LIGHT_COST, admitted (a costly slot held), waits for its turn while light work is in
+    flight; its client leaving then (the request cancelled) must give the slot back. It did not: two such
+    requests among a hundred abandoned ones left the process's two costly slots taken for good, and every
+    later operation over LIGHT_COST waited out its deadline (503)."""
+    settings = Settings(database_url=database_url, request_timeout=30.0)
+    query = ('{ paper(arxivId: "2402.15627") { title inbound(first: 20) { totalCount edges { node { citingPaper { '
+             'title } resolution { status } } } } outbound(first: 20) { totalCount edges { node { citedWork { '
+             'title } } } } } }')
+    # (In process, the cancel reaches the request as a server's stop would: its unsent answer is a 503 no one reads.)
+    async for served in serve(database_url, statements, settings, expect_5xx=True):
+        governor = served.app.state.pith.governor
+        probe = await served.client.post("/graphql", json={"query": query})
+        assert probe.json()["extensions"]["cost"]["requested"] > 500, probe.json()  # over LIGHT_COST: a costly slot
+        free = governor.costly._value
+        governor.light_first.begin()  # a light operation in flight: the costly one waits for its turn
+        try:
+            asked = asyncio.create_task(served.client.post("/graphql", json={"query": query}))
+            for _ in range(500):
+                await asyncio.sleep(0.01)
+                if governor.costly._value < free:
+                    break
+            assert governor.costly._value == free - 1, "the operation never took its slot"
+            asked.cancel()  # the client leaves while it waits
+            with pytest.raises(asyncio.CancelledError):
+                await asked
+            await asyncio.sleep(0.05)
+            assert governor.costly._value == free, "the cancelled operation kept its costly slot"
+        finally:
+            governor.light_first.end()
+        again = await served.client.post("/graphql", json={"query": query})
+        assert "errors" not in again.json(), again.json()
