@@ -828,3 +828,10 @@ def rate_limit_headers(status: BudgetStatus | None) -> list[tuple[bytes, bytes]]
     reset = max(0, int(status.reset_at.timestamp() - time.time()))
     return [(b"ratelimit-policy", f'"points";q={status.limit};w={WINDOW_SECONDS}'.encode()),
             (b"ratelimit", f'"points";r={status.remaining};t={reset}'.encode())]
+
+
+def with_budget(response: Any, governor: Governor, client: Client) -> Any:
+    """Every answer to a governed client, whatever it is (GraphQL's and the REST routes'): its budget's fields
+    (RateLimit, RateLimit-Policy), added to the response's headers."""
+    response.raw_headers += rate_limit_headers(governor.status(client))
+    return response

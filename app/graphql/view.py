@@ -37,7 +37,7 @@ from strawberry.types.graphql import OperationType
 from app import http
 from app.context import Context
 from app.db.pool import governor_pool
-from app.governor import Unauthenticated, rate_limit_headers
+from app.governor import Unauthenticated, with_budget
 from app.cost import READER_STANDING, ReaderBusy, read_off_loop
 from app.limits import (MAX_BODY_BYTES, MAX_QUERY_STRING_BYTES, MAX_SUBSCRIPTIONS_PER_CONNECTION, MAX_TOKENS,
                         MAX_VARIABLES_BYTES, RETRY_AFTER_SECONDS)
@@ -311,8 +311,7 @@ class GraphQLView(StrawberryGraphQL[Context, None]):
             # A GET's answer without a validator and a rule of its own (an error, an APQ miss, the client's
             # own budget): no cache keeps it, a CDN's default time to live included.
             response.raw_headers.append((b"cache-control", b"no-store"))
-        response.raw_headers += rate_limit_headers(self.state.governor.status(client))  # no answer has them yet
-        return response
+        return with_budget(response, self.state.governor, client)  # (no answer has them yet)
 
     async def _bounded(self, request: Request) -> Response:
         """The request within its deadline, whatever it waits for (the body, a pool connection for the

@@ -19,7 +19,7 @@ from starlette.staticfiles import StaticFiles
 from app import http, record
 from app.cost import PRICES, Price
 from app.errors import busy_error, deadline_error
-from app.governor import RateLimited, TooFast, Unauthenticated, rate_limit_headers
+from app.governor import RateLimited, TooFast, Unauthenticated, with_budget
 from app.http import cache_control
 from app.limits import (ARGUMENTS, DEFAULT_REQUEST_TIMEOUT_SECONDS, LIST_ROWS_PER_SECOND, LIST_STALL_SECONDS,
                         MAX_NEIGHBOURHOOD_PAPERS, argument_default)
@@ -118,12 +118,6 @@ class ListResponse(StreamingResponse):
         finally:
             await self.body_iterator.aclose()  # type: ignore[attr-defined]
             await self.end()
-
-
-def with_budget(response: Response, governor: Any, client: Any) -> Response:
-    """Every answer to a governed client, whatever it is: its budget's fields (RateLimit, RateLimit-Policy)."""
-    response.raw_headers += rate_limit_headers(governor.status(client))
-    return response
 
 
 def _arguments(request: Request) -> tuple[str, "datetime", bool]:
