@@ -1374,11 +1374,12 @@ _RUN_STATEMENTS = (
 async def leave_unsure(conn: asyncpg.Connection, dois: list[str], source: str) -> int:
     """Unstage this source's checks and events of the works with these DOIs (a record of theirs could not be
     read): their standing stays as the imports before this one left it. The number of works."""
-    works = ("SELECT work_id FROM work_snapshots WHERE doi = any($1::text[]) "
-             "UNION SELECT work_id FROM stage_work_snapshots WHERE doi = any($1::text[])")
-    await conn.execute(f"DELETE FROM stage_work_events WHERE source = $2 AND work_id IN ({works})", dois, source)
-    await conn.execute(f"DELETE FROM stage_standing_receipts WHERE source = $2 AND work_id IN ({works})", dois, source)
-    return await conn.fetchval(f"SELECT count(*) FROM ({works}) AS w", dois)
+    return await conn.fetchval(
+        "WITH w AS (SELECT work_id FROM work_snapshots WHERE doi = any($1::text[]) "
+        "           UNION SELECT work_id FROM stage_work_snapshots WHERE doi = any($1::text[])), "
+        "e AS (DELETE FROM stage_work_events WHERE source = $2 AND work_id IN (SELECT work_id FROM w)), "
+        "r AS (DELETE FROM stage_standing_receipts WHERE source = $2 AND work_id IN (SELECT work_id FROM w)) "
+        "SELECT count(*) FROM w", dois, source)
 
 
 async def reconcile_events(conn: asyncpg.Connection, source: str, at: datetime) -> None:
