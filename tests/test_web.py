@@ -291,3 +291,21 @@ async def test_cors_is_off_by_default_and_configurable(database_url):
         other = await s.client.get("/healthz", headers={"origin": "https://evil.example"})
         assert "access-control-allow-origin" not in other.headers
 
+
+
+@pytest.mark.parametrize(("path", "says"), [
+    # GraphQL's spelling of the instant: answered as of now before, silently; now refused, naming as_of.
+    ("/paper/2402.15627/inbound.ndjson?asOf=2026-08-05T04:52:00Z", "asOf: not a parameter of this route (did you mean as_of?); it takes as_of"),
+    ("/paper/2402.15627/citation-record.json?asOf=2026-08-05T04:52:00Z", "did you mean as_of?"),
+    # A filter the list does not have: before, the whole list, unfiltered, charged.
+    ("/paper/2402.15627/outbound.csv?status=UNRESOLVED", "status: not a parameter of this route; it takes as_of"),
+    ("/graph/neighbourhood.ndjson?arxiv_id=2402.15627&perPaper=5", "did you mean per_paper?"),
+    ("/evidence?asof=2026-08-05", "asof: not a parameter of this route; it takes as_of"),
+])
+async def test_a_parameter_a_route_does_not_take_is_refused_naming_those_it_takes(served, path, says):
+    response = await served.client.get(path, headers={"accept": "application/json"})
+    assert response.status_code == 400, response.text
+    assert says in response.json()["error"]["message"]
+    # A browser's page keeps its links' extra parameters (tracking, cache busting).
+    page = await served.client.get("/paper/2402.15627?utm_source=feed&as_of=" + AUG9_AS_OF, headers={"accept": "text/html"})
+    assert page.status_code == 200

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import re
 from html import escape
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
@@ -120,7 +121,24 @@ class ListResponse(StreamingResponse):
             await self.end()
 
 
+def known_parameters(request: Request, taken: tuple[str, ...]) -> None:
+    """A route's query parameters are the ones it takes: another (GraphQL's `asOf` for `as_of`, a filter the
+    route has not) is refused, naming what the route takes, rather than answered as if it were not there (a
+    list as of now, unfiltered). A page asked for by a browser keeps its links' extra parameters (tracking,
+    cache busting): only what machines read is strict."""
+    if wants_html(request):
+        return
+    for name in request.query_params.keys():
+        if name not in taken:
+            snake = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name).lower()
+            meant = f" (did you mean {snake}?)" if snake != name and snake in taken else ""
+            shown = name if len(name) <= 40 else name[:40] + "..."
+            takes = ", ".join(taken) if taken else "no query parameters"
+            raise BadRequest(f"{shown}: not a parameter of this route{meant}; it takes {takes}")
+
+
 def _arguments(request: Request) -> tuple[str, "datetime", bool]:
+    known_parameters(request, ("as_of",))
     try:
         arxiv_id = parse_arxiv_id(request.path_params["arxiv_id"])
         now = now_as_of()
@@ -322,6 +340,7 @@ retracted, with the source and time of every fact. Every record is a canonical, 
         return HTMLResponse(page("pith-graph", body))
 
     async def evidence_page(request: Request) -> Response:
+        known_parameters(request, ("as_of",))
         raw = request.query_params.get("as_of")
         try:
             as_of = answered_as_of(raw, now_as_of())
@@ -515,6 +534,7 @@ def _bounded(request: Request, name: str, argument: str) -> int:
 def _walk_arguments(request: Request) -> tuple[str, tuple[str, ...], int, int, "datetime", bool]:
     """arxiv_id, direction, depth, per_paper and as_of of a neighbourhood export, as GraphQL takes them, and
     whether the answer is fixed (app.timeparse.is_pinned)."""
+    known_parameters(request, ("arxiv_id", "direction", "depth", "per_paper", "as_of"))
     params = request.query_params
     raw_id = params.get("arxiv_id")
     if raw_id is None:
