@@ -95,6 +95,21 @@ async def test_status_filter_and_its_total(graph, statuses):
     assert len(edges) == sum(e["node"]["resolution"]["status"] in statuses for e in everything)
 
 
+@pytest.mark.parametrize(("query", "field"), [(INBOUND_PAGE, "inbound"), (OUTBOUND_PAGE, "outbound")])
+async def test_an_empty_status_list_is_refused_saying_how_to_ask_for_every_status(graph, query, field):
+    """`status: []` selected no edge (totalCount 0, after a walk of the paper's every edge): a form with
+    nothing ticked sends it meaning "any". Refused, with both ways to ask, and no statement sent."""
+    graph.statements.clear()
+    body = await graph.graphql(query, {"id": HUB, "status": [], "first": 10, "after": None})
+    (error,) = body["errors"]
+    assert error["extensions"]["code"] == "BAD_USER_INPUT" and error["extensions"]["argument"] == "status"
+    assert "omit status (or pass null)" in error["message"] and "VERIFIED_EXACT" in error["message"]
+    assert body["data"]["paper"][field] is None
+    assert not [s for s in graph.statements.counted if "resolutions" in s]
+    everything = await graph.graphql(query, {"id": HUB, "status": None, "first": 10, "after": None})
+    assert everything["data"]["paper"][field]["totalCount"] > 0
+
+
 async def test_cites_retracted_partitions_outbound(graph):
     retracted, t1 = await walk(graph, OUTBOUND_PAGE, {"id": HUB, "retracted": True}, ["paper", "outbound"], first=50)
     clean, t2 = await walk(graph, OUTBOUND_PAGE, {"id": HUB, "retracted": False}, ["paper", "outbound"], first=50)

@@ -12,6 +12,7 @@ import strawberry
 from strawberry.types import Info
 
 from app import cursors, record
+from app.errors import UserInputError
 from app.types.enums import ResolutionStatus
 from app.types.measurement import CountInYear, ExternalCitationMeasurement
 from app.types.node import Node, global_id
@@ -36,10 +37,18 @@ BeforeArg = Annotated[str | None, strawberry.argument(description="Page backward
 
 
 StatusArg = Annotated[list[ResolutionStatus] | None,
-                      strawberry.argument(description="Only edges whose resolution has one of these statuses.")]
+                      strawberry.argument(description=(
+                          "Only edges whose resolution has one of these statuses (at least one; null or "
+                          "omitted: every status)."))]
 
 
 def _statuses(status: list[ResolutionStatus] | None) -> tuple[str, ...] | None:
+    """The statuses an edge may have (None: any). An empty list would select no edge at all, which no one
+    asks for on purpose (a form with nothing ticked means "any"): refused, saying both ways to ask."""
+    if status is not None and not status:
+        raise UserInputError("status: [] selects no edge; omit status (or pass null) for edges of every status, "
+                             "or list at least one of " + ", ".join(s.name for s in ResolutionStatus),
+                             argument="status")
     return None if status is None else tuple(sorted({s.value for s in status}))
 
 
