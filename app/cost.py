@@ -35,11 +35,14 @@ from app.errors import QueryCostError, UserInputError
 from app.limits import ARGUMENTS, argument_default, out_of_range
 from app.timeparse import is_arxiv_id
 from loaders.base import scanned
+from loaders.citations import FILTER_PROBE_ROWS
 from app.limits import (MAX_COST, MAX_IDS, MAX_NEIGHBOURHOOD_PAPERS, MAX_NODES,
                         MAX_TOTAL_DEPTH, MAX_VALIDATION_ERRORS, OFF_LOOP_CHARS, POINT_UNITS, READER_SHARE,
                         READER_WAIT_SECONDS, READER_WAITING)
 
 # (field name) -> (argument that sizes it, its default)
+# A connection's filters: a filtered page or count reads the paper's edges that way (data-sized).
+FILTERS: Final = ("status", "citesRetracted")
 LISTS = {"inbound": ("first", 100), "outbound": ("first", 100), "searchPapers": ("first", 10),
          "timeline": ("first", 100), "browsePapers": ("first", 100), "works": ("first", 100)}
 
@@ -205,8 +208,14 @@ class Costing:
             if field.selection_set is not None:  # objects to complete: a connection is one, its items many
                 units += multiplier if connection else own
             work = multiplier * self.work(name, args, size)
+            walked = name in ("inbound", "outbound") and any(args.get(a) is not None for a in FILTERS)
+            if walked:
+                # Its page reads the paper's edges that way until it has found `first` that pass (all of them
+                # when few or none do), and its totalCount reads all of them again.
+                walks = 1 + any(f.name.value == "totalCount" for f in self.fields(field.selection_set))
+                work += multiplier * walks * self.filtered_walk(name)
             units += work
-            if name in DATA_SIZED and not self.root and self.paper is None and self.advice is None \
+            if (name in DATA_SIZED or walked) and not self.root and self.paper is None and self.advice is None \
                     and work > MAX_COST:
                 self.advice = (f"Each paper reached through a list has its {name} priced as the largest paper could "
                                f"be ({self.scale.max_degree:,} observations), whatever its own size; name the papers "
@@ -274,6 +283,12 @@ class Costing:
             nodes += found.nodes
             units += found.units
         return Price(nodes, units, self.advice)
+
+    def filtered_walk(self, name: str) -> int:
+        """A walk of the paper's edges one way (inbound or outbound) under a filter: each edge read and probed
+        (its latest resolution, or its cited work's events), as loaders.citations charges it."""
+        own = self.size_of(self.paper)
+        return scanned(FILTER_PROBE_ROWS * (own.inbound if name == "inbound" else own.outbound))
 
     def work(self, name: str, args: dict[str, Any], size: int) -> int:
         """Work a field does beyond the objects it returns (records built, rows scanned)."""
@@ -1073,6 +1088,12 @@ def operation_price(schema: Any, document: Any, operation_name: str | None, vari
     return query_price(document, operation_name, variables, schema, scale)
 
 
+def filtered(field: FieldNode) -> bool:
+    """A paper's inbound or outbound connection that may be filtered (status, citesRetracted): its page and
+    its totalCount walk the paper's edges that way, as many as the paper has (data-sized)."""
+    return field.name.value in ("inbound", "outbound") and any(a.name.value in FILTERS for a in field.arguments or ())
+
+
 @by_identity
 def _data_sized(schema: Any, document: Any, operation_name: str | None) -> bool:
     """Whether the operation asks for data-sized work (DATA_SIZED) below a root field naming its paper(s)."""
@@ -1082,7 +1103,7 @@ def _data_sized(schema: Any, document: Any, operation_name: str | None) -> bool:
     costing = Costing(fragments, {})
 
     def sized(selection_set: Any, depth: int) -> bool:
-        return any(f.name.value in DATA_SIZED or (depth < 1 and sized(f.selection_set, depth + 1))
+        return any(f.name.value in DATA_SIZED or filtered(f) or (depth < 1 and sized(f.selection_set, depth + 1))
                    for f in costing.fields(selection_set))
 
     return any(f.name.value in PAPER_ROOTS and (f.name.value in DATA_SIZED or sized(f.selection_set, 0))

@@ -227,12 +227,18 @@ OUTBOUND_PAGES: Final = at_param(OUTBOUND_PAGES_TEMPLATE, 4)
 OUTBOUND_PAGES_BACKWARD: Final = at_param(_outbound_pages(backward=True), 4)
 
 # $1 paper ids (work ids for 'work'), $2 'in', 'out' or 'work' per key, $3 instant, $4 statuses, $5 cites-retracted (outbound only).
-# A paper's whole inbound total is inbound_total_sql's (from its kept total); any other count is counted.
+# A paper's whole inbound total is inbound_total_sql's (from its kept total); any other count is counted,
+# and `examined` says how many observations it read (a filter probes each one's resolution or cited work's
+# events: the work charged, loaders.citations.citation_counts).
+_FAST_TOTAL: Final = "k.direction = 'in' AND $4::text[] IS NULL AND $5::boolean IS NULL"
 CITATION_COUNTS_TEMPLATE: Final = f"""
-SELECT k.ord, CASE WHEN k.direction = 'in' AND $4::text[] IS NULL AND $5::boolean IS NULL
-                   THEN {inbound_total_sql("k.arxiv_id")}
-                   ELSE (
-    SELECT count(*)
+SELECT k.ord, CASE WHEN {_FAST_TOTAL} THEN {inbound_total_sql("k.arxiv_id")} ELSE counted.total END AS total,
+       coalesce(counted.examined, 0) AS examined
+FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(arxiv_id, direction, ord)
+LEFT JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE ($4::text[] IS NULL OR {_LATEST_STATUS} = ANY($4::text[]))
+                              AND ($5::boolean IS NULL OR $5::boolean = {_RETRACTED})) AS total,
+           count(*) AS examined
     FROM (
         SELECT o.observation_id, o.citing_arxiv_id, o.work_id, o.linked_from
         FROM citation_observations AS o
@@ -247,10 +253,8 @@ SELECT k.ord, CASE WHEN k.direction = 'in' AND $4::text[] IS NULL AND $5::boolea
         WHERE k.direction = 'work' AND o.work_id = (CASE WHEN k.direction = 'work' THEN k.arxiv_id::uuid END)
           AND {VISIBLE} AND {linked_sql("o")}
     ) AS o
-    WHERE ($4::text[] IS NULL OR {_LATEST_STATUS} = ANY($4::text[]))
-      AND ($5::boolean IS NULL OR $5::boolean = {_RETRACTED})
-) END AS total
-FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(arxiv_id, direction, ord)
+    WHERE NOT ({_FAST_TOTAL})
+) AS counted ON true
 """
 CITATION_COUNTS: Final = at_param(CITATION_COUNTS_TEMPLATE, 3)
 
@@ -405,6 +409,11 @@ async def outbound_page_rows(db: Db, keys: Sequence[PageKey], as_of: datetime, l
     )
 
 
+# A filtered count or page probes each observation it reads (its latest resolution, or its cited work's
+# events), about as much as reading another index row: priced (app.cost) and charged as twice the rows read.
+FILTER_PROBE_ROWS: Final = 2
+
+
 async def citation_counts(db: Db, keys: Sequence[tuple[str, str]], as_of: datetime,
                           statuses: Sequence[str] | None = None,
                           cites_retracted: bool | None = None) -> list[int]:
@@ -417,6 +426,8 @@ async def citation_counts(db: Db, keys: Sequence[tuple[str, str]], as_of: dateti
         list(statuses) if statuses is not None else None,
         cites_retracted,
     )
+    if statuses is not None or cites_retracted is not None:  # each row examined was probed (app.cost prices it)
+        charge(db, scanned(FILTER_PROBE_ROWS * sum(row["examined"] for row in rows)))
     return totals_from_rows(rows, len(keys))
 
 

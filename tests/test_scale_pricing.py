@@ -154,6 +154,38 @@ async def test_a_paper_not_named_by_the_query_is_priced_as_the_largest(hub_graph
     assert cost(many)["requested"] <= sum(one)
 
 
+FILTERED = """query($id: String!, $s: [ResolutionStatus!]) { paper(arxivId: $id) {
+  inbound(first: 100, status: $s) { %s edges { node { observationId } } } } }"""
+
+
+async def test_a_filtered_count_is_priced_and_charged_as_the_walk_of_the_papers_edges_it_is(hub_graph):
+    """A status filter makes a paper's totalCount (and a page, when few edges pass) read every edge of the
+    paper that way and probe each one's resolution: on the hub tens of thousands. It was priced and charged
+    as a fixed count (nine aliases of 100 papers' filtered counts ran 7.3 s, priced at 486 points and charged
+    36): now the price is the paper's own size, the charge the edges the count read, and what the hub's size
+    puts over the limit is refused before it runs, naming how many of the papers fit."""
+    served, _, ordinary = hub_graph
+    counted = await served.graphql(FILTERED % "totalCount", {"id": HUB, "s": ["UNRESOLVED"]})
+    assert "errors" not in counted, counted["errors"]
+    c = cost(counted)
+    # The count read each of the hub's 30,000 edges (a unit per 8 rows, each probed: twice that).
+    assert c["actual"] >= 2 * HUB_CITATIONS // 8, c
+    assert c["actual"] <= c["requested"] <= 3 * c["actual"] + 2_000, c
+    # Without a filter the hub's total is its kept total: one probe, priced and charged as such.
+    plain = cost(await served.graphql(FILTERED % "totalCount", {"id": HUB, "s": None}))
+    assert plain["requested"] < c["requested"] // 10 and plain["actual"] < c["actual"] // 10, (plain, c)
+    # An ordinary paper's filtered count is priced by its own few edges.
+    small = cost(await served.graphql(FILTERED % "totalCount", {"id": ordinary[0], "s": ["UNRESOLVED"]}))
+    assert small["requested"] < c["requested"] // 20, (small, c)
+    # What the hub's size makes too costly is refused before it runs, with what fits.
+    many = " ".join(f'a{i}: papers(arxivIds: $ids) {{ inbound(first: 1, status: [UNRESOLVED]) {{ totalCount }} }}'
+                    for i in range(9))
+    refused = await served.graphql("query($ids: [String!]!) { %s }" % many, {"ids": [HUB, *ordinary]})
+    (error,) = refused["errors"]
+    assert error["extensions"]["code"] == "QUERY_TOO_COSTLY", error
+    assert refused["extensions"]["cost"]["statements"] <= 1  # the papers' sizes, read to price them
+
+
 PAGE = """query($id: String!, $after: String, $at: DateTime) { paper(arxivId: $id, asOf: $at) {
   inbound(first: 100, after: $after) { edges { node { observationId referenceIndex source
     citingPaper { arxivId } citedPaper { arxivId } resolution { status }

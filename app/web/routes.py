@@ -128,7 +128,7 @@ def known_parameters(request: Request, taken: tuple[str, ...]) -> None:
     cache busting): only what machines read is strict."""
     if wants_html(request):
         return
-    for name in request.query_params.keys():
+    for name in request.query_params:
         if name not in taken:
             snake = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name).lower()
             meant = f" (did you mean {snake}?)" if snake != name and snake in taken else ""
