@@ -24,7 +24,7 @@ import urllib.request
 from collections import Counter
 from typing import Any, Iterator
 
-from graphql_client import TooCostly, query
+from graphql_client import Progress, TooCostly, headers, query
 
 BATCH = 100
 YEARS = """query($ids: [String!]!, $at: DateTime) { papers(arxivIds: $ids, asOf: $at) {
@@ -55,7 +55,7 @@ def by_year_from_bulk(url: str, arxiv_id: str, at: str | None) -> list[dict[str,
     if at:
         route += "?" + urllib.parse.urlencode({"as_of": at})
     citers: set[str] = set()
-    with urllib.request.urlopen(urllib.request.Request(route, headers={"Accept": "application/x-ndjson"}),
+    with urllib.request.urlopen(urllib.request.Request(route, headers=headers("application/x-ndjson")),
                                 timeout=600) as response:
         for line in response:
             if line.strip():
@@ -87,6 +87,13 @@ def main(argv: list[str] | None = None) -> int:
 
     writer = csv.writer(sys.stdout, lineterminator="\n")
     writer.writerow(["arxiv_id", "year", "citing_papers", "cumulative"])
+    with Progress(len(ids), "papers") as progress:
+        write_growth(args, ids, writer, progress)
+    print(f"{len(ids)} papers", file=sys.stderr)
+    return 0
+
+
+def write_growth(args: argparse.Namespace, ids: list[str], writer: Any, progress: Progress) -> None:
     start, size = 0, BATCH
     while start < len(ids):
         batch = ids[start:start + size]
@@ -106,9 +113,8 @@ def main(argv: list[str] | None = None) -> int:
                 total += row["count"]
                 writer.writerow([paper["arxivId"], row["year"], row["count"], total])
         start += len(batch)
+        progress.done = start
         size = min(BATCH, size * 2)  # one costly paper shrinks its own batch, not every batch after it
-    print(f"{len(ids)} papers", file=sys.stderr)
-    return 0
 
 
 if __name__ == "__main__":

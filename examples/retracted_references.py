@@ -23,7 +23,7 @@ import sys
 from datetime import datetime
 from typing import Any
 
-from graphql_client import TooCostly, query
+from graphql_client import Progress, TooCostly, query
 
 PAPERS_PER_REQUEST = 20
 REFERENCES = 20  # retracted references per paper in a batch; a paper with more is paged alone
@@ -96,40 +96,43 @@ def main(argv: list[str] | None = None) -> int:
             connection = query(args.url, MORE, {"id": paper["arxivId"], "at": args.as_of,
                                                 "after": connection["pageInfo"]["endCursor"]})["paper"]["outbound"]
 
-    size = PAPERS_PER_REQUEST
-    if ids:
-        start = 0
-        while start < len(ids):
-            batch = ids[start:start + size]
-            try:
-                papers = query(args.url, BY_ID, {"ids": batch, "at": args.as_of, "refs": REFERENCES})["papers"]
-            except TooCostly:
-                if size == 1:
-                    raise SystemExit(f"error: the server prices even one paper ({batch[0]}) over its limit")
-                size = max(1, size // 2)  # the server says how much it takes at once: ask for less
-                continue
-            for paper in papers:
-                if paper is not None:
+    with Progress(len(ids) if ids else None, "papers") as progress:
+        size = PAPERS_PER_REQUEST
+        if ids:
+            start = 0
+            while start < len(ids):
+                batch = ids[start:start + size]
+                try:
+                    papers = query(args.url, BY_ID, {"ids": batch, "at": args.as_of, "refs": REFERENCES})["papers"]
+                except TooCostly:
+                    if size == 1:
+                        raise SystemExit(f"error: the server prices even one paper ({batch[0]}) over its limit")
+                    size = max(1, size // 2)  # the server says how much it takes at once: ask for less
+                    continue
+                for paper in papers:
+                    if paper is not None:
+                        write(paper)
+                papers_seen += len(batch)
+                progress.done = papers_seen
+                start += len(batch)
+        else:
+            after = None
+            while True:
+                try:
+                    page = query(args.url, BROWSE, {"first": size, "after": after, "at": args.as_of,
+                                                    "refs": REFERENCES})["browsePapers"]
+                except TooCostly:
+                    if size == 1:
+                        raise SystemExit("error: the server prices even one paper a page over its limit")
+                    size = max(1, size // 2)
+                    continue
+                for paper in page["nodes"]:
                     write(paper)
-            papers_seen += len(batch)
-            start += len(batch)
-    else:
-        after = None
-        while True:
-            try:
-                page = query(args.url, BROWSE, {"first": size, "after": after, "at": args.as_of,
-                                                "refs": REFERENCES})["browsePapers"]
-            except TooCostly:
-                if size == 1:
-                    raise SystemExit("error: the server prices even one paper a page over its limit")
-                size = max(1, size // 2)
-                continue
-            for paper in page["nodes"]:
-                write(paper)
-            papers_seen += len(page["nodes"])
-            if not page["pageInfo"]["hasNextPage"]:
-                break
-            after = page["pageInfo"]["endCursor"]
+                papers_seen += len(page["nodes"])
+                progress.done = papers_seen
+                if not page["pageInfo"]["hasNextPage"]:
+                    break
+                after = page["pageInfo"]["endCursor"]
     print(f"{found} retracted or withdrawn references among {papers_seen} papers"
           + ("" if ids else " citing retracted work"), file=sys.stderr)
     return 0

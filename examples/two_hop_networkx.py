@@ -21,6 +21,7 @@ import urllib.parse
 import urllib.request
 
 import networkx as nx
+from graphql_client import headers
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
         params["as_of"] = args.as_of
     url = f"{args.base}/graph/neighbourhood.graphml?{urllib.parse.urlencode(params)}"
     try:
-        with urllib.request.urlopen(url, timeout=120) as response:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers("*/*")),
+                                    timeout=120) as response:
             graph = nx.read_graphml(io.BytesIO(response.read()), force_multigraph=True)
             truncated = response.headers.get("X-Truncated") == "true"
     except urllib.error.HTTPError as exc:

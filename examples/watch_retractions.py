@@ -9,6 +9,7 @@ cursor it printed as --after to resume without missing anything.
 import argparse
 import asyncio
 import json
+import os
 
 import websockets
 
@@ -33,7 +34,9 @@ def describe(change: dict) -> str:
 
 async def watch(url: str, arxiv_id: str, after: str | None) -> None:
     async with websockets.connect(url, subprotocols=["graphql-transport-ws"]) as ws:
-        await ws.send(json.dumps({"type": "connection_init"}))
+        key = os.environ.get("PITH_API_KEY")  # a budget of its own (pith-graph keys create)
+        await ws.send(json.dumps({"type": "connection_init",
+                                  "payload": {"authorization": f"Bearer {key}"} if key else {}}))
         await ws.recv()  # connection_ack
         await ws.send(json.dumps({"id": "1", "type": "subscribe",
                                   "payload": {"query": QUERY, "variables": {"id": arxiv_id, "after": after}}}))

@@ -8,9 +8,11 @@ import io
 import json
 import os
 import pty
+import re
 import subprocess
 import sys
 import tempfile
+import uuid
 import zipfile
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -519,6 +521,38 @@ async def test_recipe_two_hop_neighbourhood_into_networkx(synthetic, server):
     top = sorted(({p["arxivId"] for p in hood["papers"]}), key=lambda a: (-cited.get(a, 0), a))[:5]
     rows = list(csv.DictReader(io.StringIO(done.stdout)))
     assert [(r["arxiv_id"], int(r["cited_within_walk"])) for r in rows] == [(a, cited.get(a, 0)) for a in top]
+
+
+async def test_a_recipe_over_its_budget_stops_at_once_says_it_is_incomplete_and_runs_with_a_key(synthetic):
+    """Anonymously over a small budget, a recipe waited out its patience (120 s) against a Retry-After of
+    most of an hour, then exited with a CSV that did not say it was partial, and none of the recipes could
+    send a key. Now a wait beyond the patience ends it at once, saying what the server asked for and that a
+    key has a budget of its own; standard error says how much was written; with PITH_API_KEY it completes."""
+    from tests.test_governance import new_key
+
+    _, url, _ = synthetic
+    conn = await asyncpg.connect(url)
+    try:
+        ids = [r[0] for r in await conn.fetch("SELECT DISTINCT arxiv_id FROM paper_snapshots ORDER BY 1 LIMIT 300")]
+    finally:
+        await conn.close()
+    live = LiveServer(url, env={"PITH_ANONYMOUS_POINTS_PER_HOUR": "40"})
+    try:
+        done = recipe("citation_growth.py", *ids, "--url", live.base + "/graphql")
+        assert done.returncode == 1, done.stderr
+        assert "over budget" in done.stderr and "PITH_API_KEY" in done.stderr, done.stderr
+        # It stopped when told of a wait beyond its patience (120 s), not after waiting that patience out.
+        asked = re.search(r"the server asks for (\d+) s more, beyond this program's patience \(120 s", done.stderr)
+        assert asked and int(asked.group(1)) > 120, done.stderr
+        assert "incomplete: " in done.stderr and f" of {len(ids)} papers written" in done.stderr, done.stderr
+        key = new_key(url, "recipe-" + uuid.uuid4().hex[:8], 100_000)
+        env = {**os.environ, "PITH_API_KEY": key}
+        keyed = subprocess.run([sys.executable, "-S", str(EXAMPLES / "citation_growth.py"), *ids, "--url",
+                                live.base + "/graphql"], capture_output=True, text=True, timeout=300, env=env)
+        assert keyed.returncode == 0, keyed.stderr
+        assert f"{len(ids)} papers" in keyed.stderr and "incomplete" not in keyed.stderr
+    finally:
+        live.stop()
 
 
 async def test_recipes_report_errors(server):
