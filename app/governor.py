@@ -89,13 +89,17 @@ class Unauthenticated(Exception):
 
 
 class RateLimited(Exception):
-    def __init__(self, status: "BudgetStatus", cost: int) -> None:
+    def __init__(self, status: "BudgetStatus", cost: int, keyed: bool = False) -> None:
+        # A key holder is not told that a key has a budget of its own: theirs is the one spent.
+        more = ("this key's budget is set by the server's operator (pith-graph keys create --points-per-hour)"
+                if keyed else "an API key has a budget of its own (asked of the server's operator)")
         super().__init__(f"this operation costs {cost} points and {status.remaining} of the {status.limit} points "
                          f"per hour remain; the budget resets at {status.reset_text} (in {status.retry_after} s). "
                          + ("A smaller request may fit what remains. " if 0 < status.remaining < cost else "")
-                         + "Reading a whole list: pages of the largest first cost the fewest points a row, and the "
-                         "bulk routes (GET /paper/{arxivId}/inbound.ndjson, outbound.ndjson) send it in one request "
-                         "for about a point a hundred rows; an API key has a budget of its own")
+                         + "Reading a whole list: a page costs about the same whatever its size, so first: 100 reads "
+                         "it for the fewest points, and the bulk routes (GET /paper/{arxivId}/inbound.ndjson, "
+                         "outbound.ndjson) send it in one request for about a point a hundred rows, charged when "
+                         f"it starts; {more}")
         self.status, self.cost = status, cost
 
 
@@ -341,7 +345,7 @@ class Budgets:
         if lease.total >= lease.limit:
             # Every point of the hour is claimed (by this process or others): refused from memory, no
             # statement (a client looping past its budget costs the database nothing).
-            raise RateLimited(self.status(client), points)  # type: ignore[arg-type]
+            raise RateLimited(self.status(client), points, client.key_name is not None)  # type: ignore[arg-type]
         lock = self._locks.setdefault(client.id, asyncio.Lock())
         async with lock:
             lease = self._lease(client)
@@ -352,7 +356,7 @@ class Budgets:
                 lease.claimed += granted
                 lease.total = total
             if lease.spent + points > lease.claimed:
-                raise RateLimited(self.status(client), points)  # type: ignore[arg-type]
+                raise RateLimited(self.status(client), points, client.key_name is not None)  # type: ignore[arg-type]
             lease.spent += points
         if len(self._locks) > 10_000:
             self._locks = {k: v for k, v in self._locks.items() if v.locked()}

@@ -70,7 +70,7 @@ def over_budget(governor: Any, client: Any, scope: Any = None, *, pace: bool = T
         return None
     status = governor.status(client)
     if status is not None and status.remaining <= 0:
-        return rate_limited_error(RateLimited(status, 1))
+        return rate_limited_error(RateLimited(status, 1, getattr(client, "key_name", None) is not None))
     fast = governor.pace(client, scope) if pace else None
     if fast is not None:
         return too_fast_error(fast)

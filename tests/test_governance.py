@@ -228,6 +228,8 @@ async def test_budgets_per_key_rate_limit_headers_429_and_401(synth):
         # What a client can do: not "a smaller first" (a smaller page costs more points a row, and nothing fits an
         # hour spent), but the largest pages, the bulk routes for a whole list, or a key.
         assert "inbound.ndjson" in error["message"] and "smaller" not in error["message"], error["message"]
+        # A key holder is told its key's budget is the operator's to set, not that a key has a budget of its own.
+        assert "this key's budget" in error["message"] and "has a budget of its own" not in error["message"]
         assert "ratelimit" in refused.headers
         # Other keys and anonymous clients have budgets of their own.
         other = await s.client.post("/graphql", json={"query": RATE}, headers=auth(large))
@@ -254,6 +256,12 @@ async def test_budgets_per_key_rate_limit_headers_429_and_401(synth):
         assert response.status_code == 401
         listed = keys(synth, "list")
         assert "small" in listed.stdout and "revoked" in listed.stdout and small not in listed.stdout
+        # An anonymous client over its hour is told a key has a budget of its own.
+        for _ in range(25):
+            spent = await s.client.post("/graphql", json={"query": RATE})
+        assert spent.status_code == 429
+        told = spent.json()["errors"][0]["message"]
+        assert "an API key has a budget of its own" in told and "this key's budget" not in told, told
 
 
 async def test_budgets_hold_across_two_worker_processes(synth):
