@@ -159,8 +159,11 @@ class Paper(Node):
                    snapshot_observed_at=snapshot.observed_at)
 
     @strawberry.field(name="asOf", description=(
-        "The instant this paper was read at: the asOf given, else the request's now. Pass it as asOf to read the "
-        "next pages (or other papers) at the same instant: read as of now, a list moves as imports change it."))
+        "The instant this paper was read at: the asOf given, else the request's now (whole seconds). Pass it as asOf "
+        "to read the next pages (or other papers) at the same instant: read as of now, a list moves as imports "
+        "change it. An import's facts are dated when it starts, so an instant read while one runs (or in the "
+        "second it started) still gains its facts when it commits; an instant before every running import's "
+        "start is fixed."))
     def read_at(self) -> datetime:
         return self.as_of
 
