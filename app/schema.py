@@ -499,9 +499,12 @@ def make_schema(*, introspection: bool = True, production: bool = False, direct:
 
     from app.pipeline import MaskingPolicy, OperationSession, RequestPipeline
 
+    from app.settings import hides_names
+
+    hidden = hides_names(production, introspection)
     extensions: list = [OperationSession,
                         partial(RequestPipeline, rules=LIMIT_RULES, max_tokens=MAX_TOKENS, scale=scale),
-                        partial(MaskingPolicy, statement_timeout_ms=statement_timeout_ms, production=production)]
+                        partial(MaskingPolicy, statement_timeout_ms=statement_timeout_ms, production=hidden)]
     if not introspection:
         extensions.insert(0, DisableIntrospection)
     if tracer_provider is not None:  # OpenTelemetry (app.tracing): the operation's spans, outermost
@@ -518,7 +521,7 @@ def make_schema(*, introspection: bool = True, production: bool = False, direct:
         extensions=extensions,
         execution_context_class=(CompiledExecutionContext if direct and compiled else DirectExecutionContext
                                  if direct else None),
-        config=StrawberryConfig(disable_field_suggestions=production, scalar_map=SCALARS),
+        config=StrawberryConfig(disable_field_suggestions=hidden, scalar_map=SCALARS),
     )
 
 

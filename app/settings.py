@@ -138,6 +138,13 @@ class Settings:
         return settings
 
 
+def hides_names(production: bool, introspection: bool) -> bool:
+    """Whether errors leave out names the client did not write ("Did you mean", enum types and values): where
+    the schema is not public, in production with introspection off. With introspection on it is public, and
+    an error naming what is allowed is what a client needs."""
+    return production and not introspection
+
+
 def heavy_slots_for(cpus: int | None = None) -> int:
     """Heavy operations running at once in the server by default: its cores less one (at least one), so heavy work
     never holds every core while lookups wait for one. (Two workers on two cores running a heavy operation each

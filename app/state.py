@@ -26,7 +26,7 @@ from app.logs import note
 from app.persisted import PersistedDocuments, load_manifest
 from app.pipeline import masked, outcome_status, retry_after
 from app.schema import make_schema
-from app.settings import Settings
+from app.settings import Settings, hides_names
 from loaders.system import DATA_VERSION
 
 log = logging.getLogger("pith.http")
@@ -181,7 +181,8 @@ class App:
     def format_error(self, error: GraphQLError) -> dict[str, Any]:
         """An error as sent: the masking policy's (applied once, by the schema) or, for an error made
         outside execution, the same policy applied here."""
-        formatted = masked(error, self.settings.statement_timeout_ms, self.settings.production).formatted
+        formatted = masked(error, self.settings.statement_timeout_ms,
+                           hides_names(self.settings.production, self.settings.introspection)).formatted
         return cast("dict[str, Any]", formatted)  # a TypedDict, read as the dict it is
 
     async def refresh_scale(self, every: float = 300.0) -> None:

@@ -104,6 +104,19 @@ async def test_suggestions_of_every_kind_are_left_out_in_production(production):
         assert errors and all("Did you mean" not in e["message"] for e in errors), (document, errors)
 
 
+async def test_with_introspection_on_a_production_error_names_what_is_allowed(database_url, statements):
+    """PITH_INTROSPECTION=1 makes the schema public: hiding the enum and its values from an error then hid
+    nothing from anyone but the client reading it ("Value 'RESOLVED' does not exist in '...' enum")."""
+    settings = Settings(database_url=database_url, production=True, introspection=True, graphiql=False)
+    async for s in serve(database_url, statements, settings):
+        answer = await s.client.post("/graphql", json={
+            "query": '{ paper(arxivId: "2402.15627") { inbound(first: 1, status: [RESOLVED]) { totalCount } } }'})
+        (error,) = answer.json()["errors"]
+        assert "ResolutionStatus" in error["message"], error
+        answer = await s.client.post("/graphql", json={"query": '{ papr(arxivId: "x") { title } }'})
+        assert "Did you mean 'paper'" in answer.json()["errors"][0]["message"]
+
+
 async def test_an_oversize_literal_is_bad_user_input(production, served):
     for client in (production.client, served.client):  # in production and out of it
         for literal in ("9" * 4301, "-" + "9" * 5000, "9" * 20):
