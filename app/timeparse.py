@@ -55,8 +55,9 @@ def _parse_as_of(value: str | datetime) -> datetime:
                 return datetime.fromisoformat(text).replace(tzinfo=timezone.utc)
             except ValueError:
                 raise BadInput(f"{value!r} is not a valid date; expected {AS_OF_RULE}") from None
-        if not re.match(r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}", text):
+        if not re.match(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}", text):
             raise BadInput(f"{value!r} is not a valid instant; expected {AS_OF_RULE}")
+        text = text[:10] + "T" + text[11:]  # RFC 3339 allows a lowercase t (and z), as a space is taken
         try:
             parsed = datetime.fromisoformat(text.replace("z", "Z").replace("Z", "+00:00"))
         except ValueError:

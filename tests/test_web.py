@@ -309,3 +309,16 @@ async def test_a_parameter_a_route_does_not_take_is_refused_naming_those_it_take
     # A browser's page keeps its links' extra parameters (tracking, cache busting).
     page = await served.client.get("/paper/2402.15627?utm_source=feed&as_of=" + AUG9_AS_OF, headers={"accept": "text/html"})
     assert page.status_code == 200
+
+
+async def test_an_instant_with_a_lowercase_t_and_z_is_the_same_instant(served):
+    """RFC 3339 lets the T and the Z be lowercase; `2026-08-09t12:00:00z` was refused while a space for the T
+    was taken."""
+    upper, lower = AUG9_AS_OF, AUG9_AS_OF.replace("T", "t").replace("Z", "z")
+    assert lower != upper
+    query = 'query($at: DateTime) { paper(arxivId: "2402.15627", asOf: $at) { asOf inbound(first: 1) { totalCount } } }'
+    answers = [await served.graphql(query, {"at": at}) for at in (upper, lower)]
+    assert "errors" not in answers[1], answers[1]
+    assert answers[0]["data"] == answers[1]["data"]
+    record = await served.client.get("/paper/2402.15627/citation-record.json", params={"as_of": lower})
+    assert record.status_code == 200 and record.json()["as_of"] == upper
