@@ -126,7 +126,9 @@ class Work(Node):
 
     @strawberry.field(description=(
         "The observations that cite this work as of the instant, by citing arXiv id, reference index, then "
-        "observation id; empty for an unlinked reference."))
+        "observation id; empty for an unlinked reference. Those linked to the work: for a work that is an arXiv "
+        "paper, Paper.inbound also lists references that name the paper's arXiv id without a link to a work "
+        "(an unresolved or unmatched reference), so it may be longer."))
     def inbound(self, first: FirstArg = None, after: AfterArg = None, last: LastArg = None,
                 before: BeforeArg = None) -> CitationConnection | None:
         # An unlinked reference is cited by no observation but its own: the nil work id selects nothing.
