@@ -330,7 +330,7 @@ async def run(compiled: Compiled, executor: Any) -> dict[str, Any] | None:
     given = arguments(compiled, executor.schema, executor.variable_values, instant)
     if given is None:
         return None
-    return answer(compiled, await session.fetch(compiled.sql, *given[0]), given[1])
+    return answer(compiled, await session.fetch(compiled.sql, *given[0]), given[1], given[0][0])
 
 
 def arguments(compiled: Compiled, schema: Any, variable_values: Any,
@@ -358,7 +358,7 @@ def arguments(compiled: Compiled, schema: Any, variable_values: Any,
         if not isinstance(first, int) or not 1 <= first <= MAX_FIRST:
             return None
         try:
-            after = cursors.decode(page.side, given.get("after"))
+            after = cursors.decode(page.side, given.get("after"), owner=arxiv_id)
         except UserInputError:
             return None
         if page.uses_params():
@@ -368,21 +368,22 @@ def arguments(compiled: Compiled, schema: Any, variable_values: Any,
     return args, afters
 
 
-def answer(compiled: Compiled, rows: Any, afters: list[bool]) -> dict[str, Any]:
-    """The operation's data from the statement's rows (no row: no such paper at the instant)."""
+def answer(compiled: Compiled, rows: Any, afters: list[bool], owner: str) -> dict[str, Any]:
+    """The operation's data from the statement's rows (no row: no such paper at the instant); `owner` the
+    paper whose pages these are (each cursor names it)."""
     import orjson
 
     data = orjson.loads(rows[0]["data"]) if rows else None
     if data is not None:
         for page, after_given in zip(compiled.pages, afters):
-            _finish_cursors(data[page.response_key], page, after_given)
+            _finish_cursors(data[page.response_key], page, after_given, owner)
     return {compiled.response_key: data}
 
 
-def _finish_cursors(connection: dict[str, Any], page: _Page, after_given: bool) -> None:
+def _finish_cursors(connection: dict[str, Any], page: _Page, after_given: bool, owner: str) -> None:
     """Cursors come out of the statement as key arrays; here they become the opaque cursors of app.cursors."""
     def encode(key: list[Any] | None) -> str | None:
-        return None if key is None else cursors.encode_key([page.side, *key])
+        return None if key is None else cursors.encode_key([page.side, *key, owner])
 
     for edges_key, cursor_keys in page.edges.items():
         for edge in connection[edges_key]:

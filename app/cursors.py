@@ -23,14 +23,16 @@ def decode_token(token: str) -> str:
     return base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode("utf-8")
 
 
-def encode(direction: str, obs: Observation) -> str:
+def encode(direction: str, obs: Observation, owner: str) -> str:
+    """The cursor of an edge of `owner`'s connection (the paper, or the work id of Work.inbound)."""
     if direction == "in":
-        return encode_key(["in", obs.citing_arxiv_id, obs.reference_index, str(obs.observation_id)])
-    return encode_key(["out", obs.reference_index, str(obs.observation_id)])
+        return encode_key(["in", obs.citing_arxiv_id, obs.reference_index, str(obs.observation_id), owner])
+    return encode_key(["out", obs.reference_index, str(obs.observation_id), owner])
 
 
 def encode_key(key: list) -> str:
-    """The cursor of a sort key: ["in", citing id, reference index, id] or ["out", reference index, id]."""
+    """The cursor of a sort key and the connection's owner: ["in", citing id, reference index, id, owner] or
+    ["out", reference index, id, owner]."""
     return encode_token(json.dumps(key, separators=(",", ":")))
 
 
@@ -47,30 +49,44 @@ def _arxiv_text(value: object) -> bool:
             and not has_surrogate(value))
 
 
-def decode(direction: str, cursor: str | None, argument: str = "after") -> tuple | None:
-    """The sort key a page starts after (or ends before); a cursor of anything else is refused.
+def decode(direction: str, cursor: str | None, argument: str = "after", owner: str | None = None) -> tuple | None:
+    """The sort key a page of `owner`'s connection starts after (or ends before); a cursor of anything else
+    is refused, another paper's (or work's) included: its sort key would start this list at a place of that
+    one's, a silently wrong page. (A cursor made before cursors named their owner is taken as it is.)
 
     Anything a client can send is checked before it reaches SQL: its size, its encoding, its
     structure, the connection it belongs to, and the range of every value in it.
     """
     if cursor is None:
         return None
+    kind = "inbound" if direction == "in" else "outbound"
+    shown = cursor if len(cursor) <= 60 else cursor[:60] + "..."
+    found: tuple | None = None
+    of = None
     try:
         if len(cursor) <= MAX_CURSOR_LENGTH:
             key = json.loads(decode_token(cursor))
             if isinstance(key, list):
+                width = 4 if direction == "in" else 3
+                if len(key) == width + 1 and isinstance(key[-1], str):
+                    key, of = key[:-1], key[-1]
                 if direction == "in" and len(key) == 4 and key[0] == "in":
                     citing, index, oid = key[1:]
                     if _arxiv_text(citing) and _index(index) and isinstance(oid, str):
-                        return (citing, index, UUID(oid))
+                        found = (citing, index, UUID(oid))
                 if direction == "out" and len(key) == 3 and key[0] == "out":
                     index, oid = key[1:]
                     if _index(index) and isinstance(oid, str):
-                        return (index, UUID(oid))
+                        found = (index, UUID(oid))
     except (ValueError, TypeError, binascii.Error, UnicodeDecodeError, AttributeError, RecursionError):
-        pass
-    kind = "inbound" if direction == "in" else "outbound"
-    shown = cursor if len(cursor) <= 60 else cursor[:60] + "..."
+        found = None
+    if found is not None:
+        if of is None or owner is None or of == owner:
+            return found
+        whose = of if len(of) <= 64 else of[:64] + "..."
+        raise UserInputError(f"{argument}: {shown!r} is a cursor of the {kind} connection of {whose}, not of {owner}; "
+                             "pass a cursor (startCursor, endCursor or an edge's cursor) this connection returned",
+                             argument=argument)
     raise UserInputError(f"{argument}: {shown!r} is not a cursor of an {kind} connection; pass a cursor "
                          f"(startCursor, endCursor or an edge's cursor) returned by this field", argument=argument)
 

@@ -110,6 +110,26 @@ async def test_an_empty_status_list_is_refused_saying_how_to_ask_for_every_statu
     assert everything["data"]["paper"][field]["totalCount"] > 0
 
 
+@pytest.mark.parametrize("compiled", [True, False])
+async def test_a_cursor_of_one_papers_list_is_refused_on_anothers(graph, compiled):
+    """A keyset cursor is a place in one list: given to another paper's list it started that list at a
+    place of the first one's (a page from the middle, hasPreviousPage true, nothing said). Refused, naming
+    whose cursor it is, in the one-statement path (a bare lookup with its page) and the ordinary one."""
+    extra = "" if compiled else " resolution { status }"
+    query = ("query($id: String!, $after: String) { paper(arxivId: $id) { %s(first: 3, after: $after) { "
+             "edges { cursor node { observationId%s } } pageInfo { endCursor } } } }")
+    for field, other in (("inbound", WIDE_TREE), ("outbound", NARROW_TREE)):
+        document = query % (field, extra)
+        first = await graph.graphql(document, {"id": HUB, "after": None})
+        cursor = first["data"]["paper"][field]["pageInfo"]["endCursor"]
+        again = await graph.graphql(document, {"id": HUB, "after": cursor})
+        assert "errors" not in again and again["data"]["paper"][field]["edges"], again
+        refused = await graph.graphql(document, {"id": other, "after": cursor})
+        (error,) = refused["errors"]
+        assert error["extensions"]["code"] == "BAD_USER_INPUT", error
+        assert f"a cursor of the {field} connection of {HUB}, not of {other}" in error["message"], error
+
+
 async def test_cites_retracted_partitions_outbound(graph):
     retracted, t1 = await walk(graph, OUTBOUND_PAGE, {"id": HUB, "retracted": True}, ["paper", "outbound"], first=50)
     clean, t2 = await walk(graph, OUTBOUND_PAGE, {"id": HUB, "retracted": False}, ["paper", "outbound"], first=50)

@@ -197,7 +197,7 @@ async def answered(state: State, request: Request, client: Client) -> Response |
         async with pool.acquire(timeout=wait) as conn:
             statements = 1
             rows = await conn.fetch(compiled.sql, *args, timeout=deadline)
-        result = ExecutionResult(data=answer(compiled, rows, afters), errors=None)
+        result = ExecutionResult(data=answer(compiled, rows, afters, args[0]), errors=None)
     except DeadlinePassed:  # the request's deadline passed before a connection was free
         result = ExecutionResult(data=None, errors=[deadline_error(settings.request_timeout or 0)])
     except TimeoutError:

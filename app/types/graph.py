@@ -339,7 +339,7 @@ class CitationConnection:
     @strawberry.field(description="The edges of this page, in the connection's documented order.")
     async def edges(self, info: Info) -> list[CitationEdge]:
         page, _ = await self._page(info)
-        return [CitationEdge(cursor=cursors.encode(self.direction, o), node=CitationObservation.of(o, self.as_of, self.pinned))
+        return [CitationEdge(cursor=cursors.encode(self.direction, o, self.request.arxiv_id), node=CitationObservation.of(o, self.as_of, self.pinned))
                 for o in page]
 
     @strawberry.field(description="The observations of this page, without cursors (a shortcut for edges { node }).")
@@ -353,5 +353,5 @@ class CitationConnection:
         backward = self.request.backward
         given = self.request.after is not None
         return PageInfo(has_next_page=given if backward else more, has_previous_page=more if backward else given,
-                        start_cursor=cursors.encode(self.direction, page[0]) if page else None,
-                        end_cursor=cursors.encode(self.direction, page[-1]) if page else None)
+                        start_cursor=cursors.encode(self.direction, page[0], self.request.arxiv_id) if page else None,
+                        end_cursor=cursors.encode(self.direction, page[-1], self.request.arxiv_id) if page else None)

@@ -184,7 +184,9 @@ async def _splice(context: Any, row: Any, found: Any) -> tuple[str | None, int]:
             total = await Loaders(session, context.now).count.load(CountRequest(row["arxiv_id"], "in"))
         finally:
             await session.close()
-        cursor = cursors.encode_key(["in", previous[0], previous[1], str(previous[2])]) if previous else None
+        cursor = None
+        if previous:
+            cursor = cursors.encode_key(["in", previous[0], previous[1], str(previous[2]), row["arxiv_id"]])
         return cursor, total - later
 
     return await context.hub.shared(("splice", row["position"], context.now), read)
@@ -285,7 +287,8 @@ class Subscription:
             previous, total = await _splice(context, row, found)
             node = CitationObservation.of(found, context.now, pinned=False)
             return CitationAddedEvent(cursor=encode_cursor(row["position"]), observation=node,
-                                      edge=CitationEdge(cursor=cursors.encode("in", found), node=node),
+                                      edge=CitationEdge(cursor=cursors.encode("in", found, row["arxiv_id"]),
+                                                        node=node),
                                       previous_cursor=previous, total_count=total)
 
         async for event in _in_session(info, _changes(info, "citation_added", _paper(arxiv_id), after), build):

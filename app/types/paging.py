@@ -26,7 +26,7 @@ def page_request(arxiv_id: str, direction: str, first: int | None, after: str | 
             raise UserInputError("page forward with first/after or backward with last/before, not both",
                                  argument="before")
         size = check_first(last if last is not None else MAX_FIRST, "last")
-        return PageRequest(arxiv_id, cursors.decode(direction, before, "before"), size + 1, statuses,
+        return PageRequest(arxiv_id, cursors.decode(direction, before, "before", arxiv_id), size + 1, statuses,
                            cites_retracted, backward=True)
     size = check_first(first if first is not None else MAX_FIRST)
-    return PageRequest(arxiv_id, cursors.decode(direction, after), size + 1, statuses, cites_retracted)
+    return PageRequest(arxiv_id, cursors.decode(direction, after, owner=arxiv_id), size + 1, statuses, cites_retracted)
