@@ -88,8 +88,7 @@ class Costing:
         were read, else the largest paper's (a bound for any paper)."""
         if arxiv_id is not None and self.sizes is not None:
             return self.sizes.get(arxiv_id, PaperSize())
-        degree = self.scale.max_degree
-        return PaperSize(degree, degree)
+        return PaperSize(self.scale.max_degree, self.scale.current.max_outbound)
 
     def check_shape(self, selection_set: SelectionSetNode | None, depth: int = 0,
                     lists: frozenset[str] = frozenset(), introspecting: bool = False) -> None:
@@ -400,6 +399,8 @@ class Scale:
     read them all), and how many papers there are (no walk reaches more)."""
 
     max_degree: int = 20_000
+    # The longest reference list: what a paper's outbound walk reads at most (a hub's citations are many more).
+    max_outbound: int = 20_000
     papers: int = MAX_NEIGHBOURHOOD_PAPERS
     measurement_sources: int = 10  # the sources counting citations: a paper's or a work's measurements, one each
 
@@ -417,7 +418,7 @@ class DataScale:
 
 async def data_scale(conn: Any) -> Scale:
     """The data's scale for pricing, from PostgreSQL's statistics (exact counts while the tables are small)."""
-    from loaders.system import EXACT_DEGREE, EXACT_MEASUREMENT_SOURCES, EXACT_SCALE, SCALE_ESTIMATE, SMALL
+    from loaders.system import EXACT_DEGREE, EXACT_MEASUREMENT_SOURCES, EXACT_SCALE, MAX_OUTBOUND, SCALE_ESTIMATE, SMALL
 
     row = await conn.fetchrow(SCALE_ESTIMATE)
     degree, observations, snapshots = row["max_degree"], row["observations"], row["snapshots"]
@@ -431,7 +432,9 @@ async def data_scale(conn: Any) -> Scale:
     if sources is None:  # no statistics yet (a new table): counted, as small as it then is
         sources = await conn.fetchval(EXACT_MEASUREMENT_SOURCES)
     default = Scale()
+    outbound = await conn.fetchval(MAX_OUTBOUND)
     return Scale(max_degree=max(100, int(degree)) if degree is not None else default.max_degree,
+                 max_outbound=max(100, int(outbound)) if outbound is not None else default.max_outbound,
                  papers=max(1, min(int(snapshots), MAX_NEIGHBOURHOOD_PAPERS)) if snapshots > 0 else 1,
                  measurement_sources=max(1, int(sources or 0)))
 

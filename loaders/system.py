@@ -51,6 +51,9 @@ EXACT_DEGREE: Final = """
 SELECT greatest((SELECT max(n) FROM (SELECT count(*) AS n FROM citation_observations GROUP BY cited_arxiv_id) a),
                 (SELECT max(n) FROM (SELECT count(*) AS n FROM citation_observations GROUP BY citing_arxiv_id) b))
 """
+# The longest reference list (a paper's outbound observations), exactly: each paper's count is kept
+# (paper_observation_counts, migration 0012); read with the scale, every few minutes, off requests' paths.
+MAX_OUTBOUND: Final = "SELECT coalesce(max(outbound), 0) FROM paper_observation_counts"
 EXACT_MEASUREMENT_SOURCES: Final = """
 SELECT greatest((SELECT count(DISTINCT source) FROM external_measurements),
                 (SELECT count(DISTINCT source) FROM work_measurements))

@@ -184,6 +184,13 @@ async def test_a_filtered_count_is_priced_and_charged_as_the_walk_of_the_papers_
     (error,) = refused["errors"]
     assert error["extensions"]["code"] == "QUERY_TOO_COSTLY", error
     assert refused["extensions"]["cost"]["statements"] <= 1  # the papers' sizes, read to price them
+    # A paper reached through a list is priced as the largest could be, one way: its reference list at most
+    # the longest there is (kept per paper), not the hub's citations. Browsing with each paper's retracted
+    # references (recipe 1) stays admitted on a graph with a hub.
+    listed = await served.graphql("{ browsePapers(first: 100) { nodes { arxivId "
+                                  "outbound(citesRetracted: true, first: 1) { totalCount } } } }")
+    assert "errors" not in listed, listed["errors"]
+    assert cost(listed)["actual"] <= cost(listed)["requested"] <= MAX_COST
 
 
 PAGE = """query($id: String!, $after: String, $at: DateTime) { paper(arxivId: $id, asOf: $at) {
