@@ -118,6 +118,19 @@ class PersistedDocuments:
                                           "one of them in extensions.persistedQuery", "PERSISTED_QUERY_REQUIRED", 400)
         return query
 
+    async def document(self, pool: asyncpg.Pool | None, query: str | None,
+                       extensions: dict[str, Any] | None) -> tuple[str | None, str | None]:
+        """The document a request runs and the hash it named (None: none): its text, checked against the
+        hash it names and the trusted-only rule, or the stored document its hash alone names. The one rule
+        for every transport (POST, GET, SSE, multipart, WebSockets); PersistedQueryError when refused."""
+        sha = requested_hash(extensions)
+        found = self.resolve(query, sha)
+        if found is None and sha is not None:
+            found = await self.lookup(pool, sha)
+            if found is None:
+                raise PersistedQueryError("PersistedQueryNotFound", "PERSISTED_QUERY_NOT_FOUND")
+        return found, sha
+
     async def register(self, pool: asyncpg.Pool | None, sha: str, document: str, client: Any = None) -> None:
         """Store a document that has passed validation (idempotent). A full table makes room by evicting the
         least recently used documents; one client registers at most PERSISTED_REGISTRATIONS_PER_MINUTE new

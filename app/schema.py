@@ -429,7 +429,18 @@ class Schema(strawberry.Schema):
                               pace=False)
         if refused is not None:
             return _refused(refused.message, "RATE_LIMITED", refused.extensions)
-        persisted = getattr(getattr(context_value, "app", None), "persisted", None)
+        app = getattr(context_value, "app", None)
+        persisted = getattr(app, "persisted", None)
+        given, sha = query, None
+        if persisted is not None:  # a persisted or trusted document, as POST and GET resolve it
+            from app.persisted import PersistedQueryError
+
+            try:
+                query, sha = await persisted.document(getattr(app, "pool", None), query, operation_extensions)
+            except PersistedQueryError as exc:
+                return _refused(exc.message, exc.code)
+        if not isinstance(query, str) or not query.strip():  # as POST and GET say it (app.http.GraphQLParams)
+            return _refused("query: a GraphQL document (string) is required", "BAD_REQUEST")
         problem = stream_operation_problem(query, operation_name)  # as POST and GET say it
         if problem is not None:
             from app.pipeline import charge_refusal
@@ -437,16 +448,12 @@ class Schema(strawberry.Schema):
             await charge_refusal(getattr(context_value, "governor", None), getattr(context_value, "client", None))
             return _refused(problem, "OPERATION_NOT_SUPPORTED" if problem == NO_MUTATIONS
                             else "OPERATION_RESOLUTION_FAILURE")
-        if persisted is not None and persisted.only:
-            from app.persisted import PersistedQueryError, requested_hash
-
-            try:
-                sha = requested_hash(operation_extensions)
-                query = persisted.resolve(query, sha) or persisted.manifest.get(sha or "")
-            except PersistedQueryError as exc:
-                return _refused(exc.message, exc.code)
-        return await super().stream(query, variable_values, context_value, root_value, operation_name,
-                                    operation_extensions, allowed_operation_types)
+        stream = await super().stream(query, variable_values, context_value, root_value, operation_name,
+                                      operation_extensions, allowed_operation_types)
+        if sha is not None and given is not None and query is not None:  # sent with its text: kept once it runs
+            return _registering(stream, persisted, getattr(app, "pool", None), sha, query,
+                                getattr(context_value, "client", None))
+        return stream
 
     def process_errors(self, errors: list[GraphQLError], execution_context: Any = None) -> None:
         """The one place an error is logged (before the masking policy replaces what clients see)."""
@@ -471,6 +478,22 @@ class Schema(strawberry.Schema):
                           "PITH_DB_PREPARED_STATEMENTS=0", error.path)
             else:
                 log.error("unexpected error in %s: %s", error.path, type(original).__name__, exc_info=original)
+
+
+async def _registering(stream: Any, persisted: Any, pool: Any, sha: str, query: str, client: Any) -> Any:
+    """The stream as it is, its document registered (APQ) once a result shows it validated, as POST and GET
+    register a document that ran; closed with it (its session's end with the stream's)."""
+    from strawberry.types.execution import PreExecutionError
+
+    registered = False
+    try:
+        async for result in stream:
+            if not registered and not isinstance(result, PreExecutionError):
+                registered = True
+                await persisted.register(pool, sha, query, client)
+            yield result
+    finally:
+        await stream.aclose()
 
 
 async def _refused(message: str, code: str, extensions: dict | None = None) -> Any:

@@ -43,7 +43,7 @@ from app.limits import (MAX_BODY_BYTES, MAX_QUERY_STRING_BYTES, MAX_SUBSCRIPTION
                         MAX_VARIABLES_BYTES, RETRY_AFTER_SECONDS)
 from app.graphql import plan
 from app.live import StoppableSocket
-from app.persisted import PersistedQueryError, requested_hash
+from app.persisted import PersistedQueryError
 from app.pipeline import outcome_status, over_budget
 from app.state import PrimaryReads
 
@@ -445,12 +445,8 @@ class GraphQLView(StrawberryGraphQL[Context, None]):
                 return Operation(query=cast("str", params.query), variables=params.variables,
                                  operation_name=params.operation_name, extensions=params.extensions,
                                  protocol=transport.protocol)
-            sha = requested_hash(params.extensions)
-            query = self.state.persisted.resolve(params.query, sha)
-            if query is None:  # an APQ naming its document by hash alone
-                query = await self.state.persisted.lookup(self.state.pool, sha)  # type: ignore[arg-type]
-                if query is None:
-                    raise PersistedQueryError("PersistedQueryNotFound", "PERSISTED_QUERY_NOT_FOUND")
+            found, sha = await self.state.persisted.document(self.state.pool, params.query, params.extensions)
+            query = cast("str", found)  # (a request without its text names a hash: GraphQLParams)
         except http.BadRequest as exc:
             raise Answer(http.transport_error(exc.status, exc.message, exc.code, media)) from None
         except PersistedQueryError as exc:
