@@ -226,14 +226,25 @@ class GraphQLParams:
             raise BadRequest("query: a GraphQL document (string) is required")
         if variables is not None and not isinstance(variables, dict):
             raise BadRequest("variables: expected a JSON object")
-        if variables and (body_bytes is None or body_bytes * 6 > max_variables_bytes) \
-                and len(json.dumps(variables)) > max_variables_bytes:
-            raise BadRequest(f"variables are larger than {max_variables_bytes} bytes", 413, "PAYLOAD_TOO_LARGE")
+        too_large = variables_too_large(variables, max_variables_bytes, body_bytes)
+        if too_large is not None:
+            raise BadRequest(too_large, 413, "PAYLOAD_TOO_LARGE")
         if operation is not None and not isinstance(operation, str):
             raise BadRequest("operationName: expected a string")
         if extensions is not None and not isinstance(extensions, dict):
             raise BadRequest("extensions: expected a JSON object")
         return cls(query, variables, operation or None, extensions)
+
+
+def variables_too_large(variables: Any, max_variables_bytes: int, body_bytes: int | None = None) -> str | None:
+    """Why an operation's variables are refused for their size (None: within it), on every transport (the
+    HTTP body's, a stream's, a WebSocket message's): measured as json.dumps writes them; given the length of
+    what carried them (`body_bytes`), a carrier too short for them to reach the limit is not measured (no byte
+    becomes more than six characters)."""
+    if variables and (body_bytes is None or body_bytes * 6 > max_variables_bytes) \
+            and len(json.dumps(variables)) > max_variables_bytes:
+        return f"variables are larger than {max_variables_bytes} bytes"
+    return None
 
 
 def operation_problem(query: str, operation_name: str | None) -> str | None:

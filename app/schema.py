@@ -441,6 +441,12 @@ class Schema(strawberry.Schema):
                 return _refused(exc.message, exc.code)
         if not isinstance(query, str) or not query.strip():  # as POST and GET say it (app.http.GraphQLParams)
             return _refused("query: a GraphQL document (string) is required", "BAD_REQUEST")
+        from app.http import variables_too_large
+        from app.limits import MAX_VARIABLES_BYTES
+
+        too_large = variables_too_large(variable_values, MAX_VARIABLES_BYTES)  # (a WebSocket's: HTTP's were)
+        if too_large is not None:
+            return _refused(too_large, "PAYLOAD_TOO_LARGE")
         problem = stream_operation_problem(query, operation_name)  # as POST and GET say it
         if problem is not None:
             from app.pipeline import charge_refusal

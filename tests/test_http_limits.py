@@ -377,6 +377,36 @@ async def test_a_websocket_message_is_bounded_as_a_body_is(server):
         assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009, closed.value
 
 
+@pytest.mark.parametrize("protocol", ["graphql-transport-ws", "graphql-ws"])
+async def test_variables_past_their_limit_are_refused_on_a_websocket_as_over_http(server, protocol):
+    """The 20 kB bound on variables held for POST, SSE and multipart (413 PAYLOAD_TOO_LARGE) only: a
+    WebSocket ran an operation with 90 kB of them. Now every transport's stream refuses them, in HTTP's words."""
+    import websockets
+
+    from app.limits import MAX_VARIABLES_BYTES
+
+    url = server.base.replace("http", "ws") + "/graphql"
+    variables = {"id": "2402.15627", "pad": "x" * (MAX_VARIABLES_BYTES + 10)}
+    query = "query($id: String!, $pad: String) { paper(arxivId: $id) { arxivId } }"
+    over_http = await asyncio.to_thread(
+        __import__("httpx").post, server.base + "/graphql", json={"query": query, "variables": variables})
+    assert over_http.status_code == 413
+    said = over_http.json()["errors"][0]["message"]
+    start = "subscribe" if protocol == "graphql-transport-ws" else "start"
+    async with websockets.connect(url, subprotocols=[protocol], max_size=None) as ws:
+        await ws.send(json.dumps({"type": "connection_init"}))
+        assert json.loads(await ws.recv())["type"] == "connection_ack"
+        await ws.send(json.dumps({"id": "1", "type": start, "payload": {"query": query, "variables": variables}}))
+        while True:
+            answer = json.loads(await asyncio.wait_for(ws.recv(), 30))
+            if answer["type"] != "ka":
+                break
+    payload = answer["payload"]  # graphql-transport-ws: a list of errors; graphql-ws: one, or a result
+    errors = payload if isinstance(payload, list) else payload.get("errors") or [payload]
+    assert errors and errors[0]["extensions"]["code"] == "PAYLOAD_TOO_LARGE", answer
+    assert errors[0]["message"] == said
+
+
 async def test_a_body_past_the_limit_is_charged_and_says_what_its_budget_holds(database_url):
     """The body layer's 413 costs its client a point, as every refusal does, and says so as every governed answer
     does: the RateLimit fields after the charge (a client reading them saw its budget only on other answers)."""
