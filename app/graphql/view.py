@@ -437,20 +437,24 @@ class GraphQLView(StrawberryGraphQL[Context, None]):
             params = http.GraphQLParams.of(body, MAX_VARIABLES_BYTES)
             if params.query:  # a long text not seen before is read in the reader thread, not on the event loop
                 await _read(params.query, media)
-            if streams is None:  # the Accept allows JSON and a stream: subscriptions stream, the rest is JSON
-                streams = http.is_subscription(params.query, params.operation_name)
-            transport = self._get_stream_transport_from_headers(request.headers) if streams else None
-            if transport is not None:  # the document is resolved, and refused in the stream, by Schema.stream
-                governor_pool.set(self.state.live_pool)
-                return Operation(query=cast("str", params.query), variables=params.variables,
-                                 operation_name=params.operation_name, extensions=params.extensions,
-                                 protocol=transport.protocol)
+            # Its document, persisted or trusted, resolved before any answer starts (a stream's refusal is then
+            # an HTTP answer, as POST's is); a WebSocket's is resolved by Schema.stream, by the same rule.
             found, sha = await self.state.persisted.document(self.state.pool, params.query, params.extensions)
             query = cast("str", found)  # (a request without its text names a hash: GraphQLParams)
+            if streams is None:  # the Accept allows JSON and a stream: subscriptions stream, the rest is JSON
+                streams = http.is_subscription(query, params.operation_name)
+            transport = self._get_stream_transport_from_headers(request.headers) if streams else None
+            if transport is not None:  # Schema.stream keeps a document sent with its hash once it runs
+                governor_pool.set(self.state.live_pool)
+                return Operation(query=query, variables=params.variables, operation_name=params.operation_name,
+                                 extensions=params.extensions if params.query is not None else None,
+                                 protocol=transport.protocol)
         except http.BadRequest as exc:
             raise Answer(http.transport_error(exc.status, exc.message, exc.code, media)) from None
         except PersistedQueryError as exc:
-            status = exc.status if exc.status != 200 or media != http.GRAPHQL_RESPONSE else 400
+            # 200 with the error is APQ's way in application/json; in the GraphQL media type, or to a client
+            # that takes only a stream (a JSON 200 would look like a stream that never came), 400.
+            status = exc.status if exc.status != 200 or media == http.JSON else 400
             raise Answer(http.graphql_response({"errors": [http.error_entry(exc.message, exc.code)]}, status,
                                                media)) from None
         await _read(query, media)
