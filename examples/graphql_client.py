@@ -60,8 +60,8 @@ def query(url: str, document: str, variables: dict[str, Any] | None = None, *, k
                     waited += wait
                     continue
                 said = "; ".join(e.get("message", "") for e in (_json(exc).get("errors") or []))
-                raise SystemExit(f"error: over budget ({said}); the server asks for {wait:.0f} s more, beyond this "
-                                 f"program's patience ({allowed:.0f} s in all, PITH_PATIENCE): run again later, "
+                raise SystemExit(f"error: refused for now, 429 ({said}); the server asks for {wait:.0f} s more, "
+                                 f"beyond this program's patience ({allowed:.0f} s in all, PITH_PATIENCE): run again later, "
                                  "or with a key of your own in PITH_API_KEY") from None
             body = _json(exc)
         except (urllib.error.URLError, OSError) as exc:

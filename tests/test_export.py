@@ -540,7 +540,7 @@ async def test_a_recipe_over_its_budget_stops_at_once_says_it_is_incomplete_and_
     try:
         done = recipe("citation_growth.py", *ids, "--url", live.base + "/graphql")
         assert done.returncode == 1, done.stderr
-        assert "over budget" in done.stderr and "PITH_API_KEY" in done.stderr, done.stderr
+        assert "refused for now, 429" in done.stderr and "PITH_API_KEY" in done.stderr, done.stderr
         # It stopped when told of a wait beyond its patience (120 s), not after waiting that patience out.
         asked = re.search(r"the server asks for (\d+) s more, beyond this program's patience \(120 s", done.stderr)
         assert asked and int(asked.group(1)) > 120, done.stderr
