@@ -295,7 +295,7 @@ async def test_cors_is_off_by_default_and_configurable(database_url):
 
 @pytest.mark.parametrize(("path", "says"), [
     # GraphQL's spelling of the instant: answered as of now before, silently; now refused, naming as_of.
-    ("/paper/2402.15627/inbound.ndjson?asOf=2026-08-05T04:52:00Z", "asOf: not a parameter of this route (did you mean as_of?); it takes as_of"),
+    ("/paper/2402.15627/inbound.ndjson?asOf=2026-08-05T04:52:00Z", "asOf (did you mean as_of?): not a parameter of this route; it takes as_of"),
     ("/paper/2402.15627/citation-record.json?asOf=2026-08-05T04:52:00Z", "did you mean as_of?"),
     # A filter the list does not have: before, the whole list, unfiltered, charged.
     ("/paper/2402.15627/outbound.csv?status=UNRESOLVED", "status: not a parameter of this route; it takes as_of"),
@@ -306,6 +306,13 @@ async def test_a_parameter_a_route_does_not_take_is_refused_naming_those_it_take
     response = await served.client.get(path, headers={"accept": "application/json"})
     assert response.status_code == 400, response.text
     assert says in response.json()["error"]["message"]
+    # What tools add to any URL passes: jQuery's cache buster and campaign tags.
+    tools = await served.client.get("/paper/2402.15627/citation-record.json?_=1733550000000&utm_source=feed")
+    assert tools.status_code == 200, tools.text
+    # Every unknown parameter is named.
+    both = await served.client.get("/graph/neighbourhood.ndjson?arxivId=2402.15627&perPaper=5")
+    assert both.status_code == 400 and "arxivId (did you mean arxiv_id?); perPaper (did you mean per_paper?): " \
+        "not parameters of this route" in both.json()["error"]["message"], both.text
     # A browser's page keeps its links' extra parameters (tracking, cache busting).
     page = await served.client.get("/paper/2402.15627?utm_source=feed&as_of=" + AUG9_AS_OF, headers={"accept": "text/html"})
     assert page.status_code == 200
@@ -322,3 +329,22 @@ async def test_an_instant_with_a_lowercase_t_and_z_is_the_same_instant(served):
     assert answers[0]["data"] == answers[1]["data"]
     record = await served.client.get("/paper/2402.15627/citation-record.json", params={"as_of": lower})
     assert record.status_code == 200 and record.json()["as_of"] == upper
+
+
+
+async def test_a_route_refusing_its_parameters_costs_a_point_not_its_price(database_url, statements):
+    """A parameter typo on /graph/neighbourhood.csv took the route's whole price (300 points) for a 400: an
+    anonymous hour gone in seventeen typos. A refusal costs a point, as every refusal does."""
+    from app.settings import Settings
+
+    settings = Settings(database_url=database_url, anonymous_points_per_hour=5_000)
+    async for s in serve(database_url, statements, settings):
+        def left(response) -> int:
+            return int(response.headers["ratelimit"].split("r=")[1].split(";")[0])
+
+        first = await s.client.get("/graph/neighbourhood.csv?arxiv_id=2402.15627&foo=1")
+        assert first.status_code == 400, first.text
+        second = await s.client.get("/graph/neighbourhood.csv?arxiv_id=2402.15627&foo=1")
+        assert left(first) - left(second) == 1, (first.headers["ratelimit"], second.headers["ratelimit"])
+        ran = await s.client.get("/graph/neighbourhood.csv?arxiv_id=2402.15627")
+        assert ran.status_code == 200 and left(second) - left(ran) > 1  # the walk itself costs its price

@@ -124,17 +124,22 @@ class ListResponse(StreamingResponse):
 def known_parameters(request: Request, taken: tuple[str, ...]) -> None:
     """A route's query parameters are the ones it takes: another (GraphQL's `asOf` for `as_of`, a filter the
     route has not) is refused, naming what the route takes, rather than answered as if it were not there (a
-    list as of now, unfiltered). A page asked for by a browser keeps its links' extra parameters (tracking,
-    cache busting): only what machines read is strict."""
+    list as of now, unfiltered). What tools add to any URL is let through: a cache buster (`_`, jQuery's) and
+    campaign tags (`utm_*`); and a page asked for by a browser keeps its links' extra parameters."""
     if wants_html(request):
         return
-    for name in request.query_params:
-        if name not in taken:
-            snake = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name).lower()
-            meant = f" (did you mean {snake}?)" if snake != name and snake in taken else ""
-            shown = name if len(name) <= 40 else name[:40] + "..."
-            takes = ", ".join(taken) if taken else "no query parameters"
-            raise BadRequest(f"{shown}: not a parameter of this route{meant}; it takes {takes}")
+    unknown = [name for name in dict.fromkeys(request.query_params)
+               if name not in taken and name != "_" and not name.startswith("utm_")]
+    if not unknown:
+        return
+    said = []
+    for name in unknown[:5]:
+        snake = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name).lower()
+        meant = f" (did you mean {snake}?)" if snake != name and snake in taken else ""
+        said.append((name if len(name) <= 40 else name[:40] + "...") + meant)
+    takes = ", ".join(taken) if taken else "no query parameters"
+    raise BadRequest(f"{'; '.join(said)}: not {'a parameter' if len(unknown) == 1 else 'parameters'} of this route; "
+                     f"it takes {takes}")
 
 
 def _arguments(request: Request) -> tuple[str, "datetime", bool]:
@@ -186,17 +191,18 @@ def routes(app: Any) -> list:  # app.state.App
             except TimeoutError:
                 response = error_for(request, 503, busy_error(app.settings.request_timeout or 0).message)
             else:
+                spent: int | None = None  # the price admitted, unless the request did no work
                 try:
                     async with asyncio.timeout(app.settings.request_timeout):
                         response = await handler(request)
-                except BadRequest as exc:
-                    response = error_for(request, 400, exc.message)
+                except BadRequest as exc:  # refused before any work (its arguments): a point, as a refusal costs
+                    response, spent = error_for(request, 400, exc.message), 1
                 except NotFound as exc:
                     response = error_for(request, 404, exc.message)
                 except TimeoutError:
                     response = error_for(request, 504, deadline_error(app.settings.request_timeout or 0).message)
                 finally:
-                    governor.settle(ticket, None)
+                    governor.settle(ticket, spent)
             return with_budget(response, governor, client)
 
         return endpoint
