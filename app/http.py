@@ -238,13 +238,25 @@ class GraphQLParams:
 
 def variables_too_large(variables: Any, max_variables_bytes: int, body_bytes: int | None = None) -> str | None:
     """Why an operation's variables are refused for their size (None: within it), on every transport (the
-    HTTP body's, a stream's, a WebSocket message's): measured as json.dumps writes them; given the length of
+    HTTP body's, a stream's, a WebSocket message's): measured as compact UTF-8 JSON; given the length of
     what carried them (`body_bytes`), a carrier too short for them to reach the limit is not measured (no byte
     becomes more than six characters)."""
     if variables and (body_bytes is None or body_bytes * 6 > max_variables_bytes) \
-            and len(json.dumps(variables)) > max_variables_bytes:
+            and _json_size(variables) > max_variables_bytes:
         return f"variables are larger than {max_variables_bytes} bytes"
     return None
+
+
+def _json_size(value: Any) -> int:
+    """Bytes of `value` as compact UTF-8 JSON, as a client sends it (orjson's, or json's for what orjson does
+    not write: integers past 64 bits, nesting past its depth)."""
+    try:
+        return len(orjson.dumps(value))
+    except (TypeError, orjson.JSONEncodeError):
+        try:
+            return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+        except (ValueError, RecursionError):  # (an integer json will not write either: more than any bound)
+            return 1 << 62
 
 
 def operation_problem(query: str, operation_name: str | None) -> str | None:
