@@ -573,10 +573,12 @@ class RequestPipeline(SchemaExtension):
         papers = priced_papers(ctx.schema._schema, document, ctx.operation_name, ctx.variables)
         if not papers:
             return None
-        # What no paper's size can bring under the limit is refused without reading any.
+        # What no paper's size can bring under the limit is refused without reading any, unless its refusal
+        # names how many of the papers fit: that count is their sizes', read for it (priced at none, it
+        # named a slice that was refused in turn).
         least = operation_price(ctx.schema._schema, document, ctx.operation_name, ctx.variables, self.scale,
                                 sizes={arxiv_id: PaperSize() for arxiv_id in papers})
-        if refusal(least) is not None:
+        if refusal(least) is not None and least.advice is None:
             return {arxiv_id: PaperSize() for arxiv_id in papers}
         # A subscription's are read in a session of their own, closed at once: its operation's session lasts as long
         # as the subscription, and would hold a connection all that while (its events read in sessions of theirs).

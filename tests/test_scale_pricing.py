@@ -193,6 +193,29 @@ async def test_a_filtered_count_is_priced_and_charged_as_the_walk_of_the_papers_
     assert cost(listed)["actual"] <= cost(listed)["requested"] <= MAX_COST
 
 
+async def test_the_slice_a_refusal_names_is_admitted(hub_graph):
+    """Priced at no paper's size, 25 papers' filtered pages were already over the limit, so their sizes were not
+    read and the refusal's "the first N fit" counted them at none: the slice it named was refused in turn."""
+    import re
+
+    served, url, _ = hub_graph
+    conn = await asyncpg.connect(url)
+    try:
+        ids = [r[0] for r in await conn.fetch(
+            "SELECT arxiv_id FROM paper_observation_counts ORDER BY inbound DESC, arxiv_id LIMIT 60")]
+    finally:
+        await conn.close()
+    query = ('query($ids: [String!]!) { papers(arxivIds: $ids) { inbound(first: 100, status: [UNRESOLVED]) { '
+             'edges { node { referenceIndex citingPaper { arxivId title } resolution { status observedAt } '
+             'standingNotice { state } } } } } }')
+    refused = await served.graphql(query, {"ids": ids})
+    (error,) = refused["errors"]
+    assert error["extensions"]["code"] == "QUERY_TOO_COSTLY", error
+    fits = int(re.search(r"arxivIds\[0:(\d+)\]", error["message"]).group(1))
+    admitted = await served.graphql(query, {"ids": ids[:fits]})
+    assert "errors" not in admitted, (fits, admitted["errors"])
+
+
 PAGE = """query($id: String!, $after: String, $at: DateTime) { paper(arxivId: $id, asOf: $at) {
   inbound(first: 100, after: $after) { edges { node { observationId referenceIndex source
     citingPaper { arxivId } citedPaper { arxivId } resolution { status }
