@@ -83,11 +83,12 @@ def main(argv: list[str] | None = None) -> int:
                                 ("submittedTo", args.submitted_to)) if v is not None}
     if not args.arxiv_ids and not filter:
         parser.error("give arXiv ids, or --category / --submitted-from / --submitted-to to list papers")
-    ids = list(args.arxiv_ids) + (list(listed(args.url, filter, args.as_of)) if filter else [])
-
     writer = csv.writer(sys.stdout, lineterminator="\n")
     writer.writerow(["arxiv_id", "year", "citing_papers", "cumulative"])
-    with Progress(len(ids), "papers") as progress:
+    sys.stdout.flush()
+    with Progress(None, "papers") as progress:  # (stopped while listing the papers: none of them written)
+        ids = list(args.arxiv_ids) + (list(listed(args.url, filter, args.as_of)) if filter else [])
+        progress.total = len(ids)
         write_growth(args, ids, writer, progress)
     print(f"{len(ids)} papers", file=sys.stderr)
     return 0

@@ -545,6 +545,14 @@ async def test_a_recipe_over_its_budget_stops_at_once_says_it_is_incomplete_and_
         asked = re.search(r"the server asks for (\d+) s more, beyond this program's patience \(120 s", done.stderr)
         assert asked and int(asked.group(1)) > 120, done.stderr
         assert "incomplete: " in done.stderr and f" of {len(ids)} papers written" in done.stderr, done.stderr
+        # Stopped while it lists the papers (browsePapers, with a key of a point an hour): nothing written, and
+        # it says so; the CSV has its header.
+        tiny = new_key(url, "tiny-" + uuid.uuid4().hex[:8], 1)
+        listing = subprocess.run([sys.executable, "-S", str(EXAMPLES / "citation_growth.py"), "--submitted-from",
+                                  "2000-01-01T00:00:00Z", "--url", live.base + "/graphql"], capture_output=True,
+                                 text=True, timeout=300, env={**os.environ, "PITH_API_KEY": tiny})
+        assert listing.returncode == 1 and "incomplete: 0 papers written" in listing.stderr, listing.stderr
+        assert listing.stdout == "arxiv_id,year,citing_papers,cumulative\n"
         key = new_key(url, "recipe-" + uuid.uuid4().hex[:8], 100_000)
         env = {**os.environ, "PITH_API_KEY": key}
         keyed = subprocess.run([sys.executable, "-S", str(EXAMPLES / "citation_growth.py"), *ids, "--url",
