@@ -72,6 +72,11 @@ class PaperSize:
     outbound: int = 0
 
 
+class UnreadSizes(dict):
+    """Papers' sizes not read (each PaperSize(): none): an operation over the limit even so is refused without
+    a statement, and what it says fits is an upper bound."""
+
+
 class Costing:
     def __init__(self, fragments: dict[str, FragmentDefinitionNode], variables: dict[str, Any],
                  scale: "DataScale | None" = None, sizes: "dict[str, PaperSize] | None" = None) -> None:
@@ -178,9 +183,15 @@ class Costing:
                     self.root, self.paper = root, None
                     if units > MAX_COST and advised is None and 0 < fitting < size:
                         # Priced each by its own size: how many of these ids one query holds, in the order given.
-                        self.advice = (f"the {size} papers are priced each by its own size and the first {fitting} "
-                                       f"fit the limit together: ask for arxivIds[0:{fitting}], then the rest in "
-                                       "further queries")
+                        if isinstance(self.sizes, UnreadSizes):  # (priced at none of their data: at most so many)
+                            self.advice = (f"even priced at none of their data, at most the first {fitting} of the "
+                                           f"{size} papers fit the limit together: ask for arxivIds[0:{fitting}] "
+                                           "or fewer (its refusal, if it is refused, names how many fit by their "
+                                           "own sizes), then the rest in further queries")
+                        else:
+                            self.advice = (f"the {size} papers are priced each by its own size and the first "
+                                           f"{fitting} fit the limit together: ask for arxivIds[0:{fitting}], then "
+                                           "the rest in further queries")
                     continue
             elif name == "neighbourhood":
                 depth = args.get("depth") or argument_default("depth")

@@ -254,7 +254,8 @@ def _json_size(value: Any) -> int:
         return len(orjson.dumps(value))
     except (TypeError, orjson.JSONEncodeError):
         try:
-            return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+            # (a lone surrogate, which a client may send escaped, counted as the three bytes it stands for)
+            return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass"))
         except (ValueError, RecursionError):  # (an integer json will not write either: more than any bound)
             return 1 << 62
 

@@ -19,7 +19,7 @@ from strawberry.types import ExecutionResult
 
 from app.db.pool import DeadlinePassed, StatementTimeout
 from app.cost import (READER_STANDING, READING, DataScale, PaperSize, Price, ReaderBusy, _parsed, _plan,
-                      actual_units, checked, operation_price, paper_sizes, priced_papers, read_in_thread,
+                      UnreadSizes, actual_units, checked, operation_price, paper_sizes, priced_papers, read_in_thread,
                       read_off_loop, refusal, validated_off_loop)
 from app.errors import OperationError, busy_error, deadline_error
 from app.governor import RateLimited, Ticket, TooFast
@@ -573,13 +573,13 @@ class RequestPipeline(SchemaExtension):
         papers = priced_papers(ctx.schema._schema, document, ctx.operation_name, ctx.variables)
         if not papers:
             return None
-        # What no paper's size can bring under the limit is refused without reading any, unless its refusal
-        # names how many of the papers fit: that count is their sizes', read for it (priced at none, it
-        # named a slice that was refused in turn).
+        # What no paper's size can bring under the limit is refused without reading any (what it says fits is
+        # then a bound: UnreadSizes).
+        unread = UnreadSizes({arxiv_id: PaperSize() for arxiv_id in papers})
         least = operation_price(ctx.schema._schema, document, ctx.operation_name, ctx.variables, self.scale,
-                                sizes={arxiv_id: PaperSize() for arxiv_id in papers})
-        if refusal(least) is not None and least.advice is None:
-            return {arxiv_id: PaperSize() for arxiv_id in papers}
+                                sizes=unread)
+        if refusal(least) is not None:
+            return unread
         # A subscription's are read in a session of their own, closed at once: its operation's session lasts as long
         # as the subscription, and would hold a connection all that while (its events read in sessions of theirs).
         app = getattr(ctx.context, "app", None)
