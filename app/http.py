@@ -220,8 +220,8 @@ class GraphQLParams:
         query, variables = body.get("query"), body.get("variables")
         operation, extensions = body.get("operationName"), body.get("extensions")
         persisted = isinstance(extensions, dict) and "persistedQuery" in extensions
-        if query is None and persisted:
-            pass
+        if persisted and (query is None or query == ""):  # the hash alone (some clients send an empty text)
+            query = None
         elif not isinstance(query, str) or not query.strip():
             raise BadRequest("query: a GraphQL document (string) is required")
         if variables is not None and not isinstance(variables, dict):

@@ -164,8 +164,10 @@ async def test_a_persisted_document_is_named_by_its_hash_over_sse_and_multipart(
                                       headers={"accept": accept})
             assert wrong.status_code == 400
             assert wrong.json()["errors"][0]["extensions"]["code"] == "PERSISTED_QUERY_HASH_MISMATCH"
-            # And the hash alone over POST: one store.
+            # And the hash alone over POST: one store (an empty text beside the hash is the hash alone too).
             post = await client.post(url, json={"extensions": apq(document), "variables": variables})
             assert post.json()["data"] == data
+            empty = await client.post(url, json={"query": "", "extensions": apq(document), "variables": variables})
+            assert empty.json()["data"] == data, empty.text
     finally:
         server.stop()
