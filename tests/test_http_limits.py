@@ -11,7 +11,7 @@ import json
 import pytest
 
 from app.limits import MAX_BODY_BYTES, MAX_HEADER_BYTES
-from tests.conftest import LiveServer
+from tests.conftest import UNSPENDABLE, LiveServer
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -432,7 +432,7 @@ async def test_a_body_past_the_limit_is_charged_and_says_what_its_budget_holds(d
     does: the RateLimit fields after the charge (a client reading them saw its budget only on other answers)."""
     import httpx
 
-    production = LiveServer(database_url, env={"PITH_ENV": "production"})
+    production = LiveServer(database_url, env={"PITH_ENV": "production", "PITH_ANONYMOUS_POINTS_PER_HOUR": UNSPENDABLE})
     try:
         async with httpx.AsyncClient(base_url=production.base, timeout=30) as client:
             ok = await client.post("/graphql", content=padded(200), headers={"content-type": "application/json"})

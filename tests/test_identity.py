@@ -20,7 +20,7 @@ import websockets
 
 from app.governor import client_address, parse_networks
 from bench.proxy import nginx_binary, nginx_config
-from tests.conftest import LiveServer, free_port
+from tests.conftest import UNSPENDABLE, LiveServer, free_port
 
 ASYNC = pytest.mark.asyncio(loop_scope="session")
 
@@ -47,7 +47,8 @@ def test_the_rule_reads_one_header_from_its_right_end():
 @pytest.fixture(scope="module")
 def behind_proxy(database_url):
     server = LiveServer(database_url, env={"PITH_ENV": "production", "PITH_TRUSTED_PROXIES": "127.0.0.1",
-                                           "PITH_ANONYMOUS_POINTS_PER_HOUR": "1000", "PITH_WEBSOCKETS_PER_CLIENT": "1"})
+                                           "PITH_ANONYMOUS_POINTS_PER_HOUR": UNSPENDABLE,
+                                           "PITH_WEBSOCKETS_PER_CLIENT": "1"})
     yield server
     server.stop()
 
@@ -148,7 +149,7 @@ async def test_through_the_documented_nginx_a_client_cannot_name_its_own_address
     folder.chmod(0o755)  # nginx's workers run as another user
     # A budget no other test's spending from 127.0.0.1 this hour (kept in the shared database) can use up.
     server = LiveServer(database_url, env={"PITH_ENV": "production", "PITH_TRUSTED_PROXIES": "127.0.0.1",
-                                           "PITH_ANONYMOUS_POINTS_PER_HOUR": "1000000"})
+                                           "PITH_ANONYMOUS_POINTS_PER_HOUR": UNSPENDABLE})
     port = free_port()
     proxy = subprocess.Popen([binary, "-c", str(nginx_config(folder, server.port, port)), "-p", str(folder),
                               "-e", str(folder / "e.log")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -11,7 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.logs import ACCESS_FIELDS
-from tests.conftest import LiveServer
+from tests.conftest import UNSPENDABLE, LiveServer
 
 PROBE = {"query": 'query Probe { paper(arxivId: "2402.15627") { title } }', "operationName": "Probe"}
 FORGED = "/paper/x%0a2026-11-30%2016:00:00,000%2099%20INFO%20pith.access%20[-]%20GET%20/forged%20200%201.0ms"
@@ -90,7 +90,7 @@ def test_text_logs_escape_control_characters(database_url):
 
 
 def test_production_turns_introspection_and_graphiql_off(database_url):
-    server = LiveServer(database_url, env={"PITH_ENV": "production"})
+    server = LiveServer(database_url, env={"PITH_ENV": "production", "PITH_ANONYMOUS_POINTS_PER_HOUR": UNSPENDABLE})
     try:
         body = httpx.post(server.base + "/graphql", json={"query": "{ __schema { types { name } } }"}).json()
         assert body["errors"] and "introspection" in body["errors"][0]["message"].lower(), body
@@ -106,7 +106,8 @@ def test_production_turns_introspection_and_graphiql_off(database_url):
         assert ok.status_code == 200 and ok.json()["data"]["paper"]["title"]
     finally:
         server.stop()
-    on = LiveServer(database_url, env={"PITH_ENV": "production", "PITH_INTROSPECTION": "1", "PITH_GRAPHIQL": "1"})
+    on = LiveServer(database_url, env={"PITH_ENV": "production", "PITH_INTROSPECTION": "1", "PITH_GRAPHIQL": "1",
+                                       "PITH_ANONYMOUS_POINTS_PER_HOUR": UNSPENDABLE})
     try:
         body = httpx.post(on.base + "/graphql", json={"query": "{ __schema { queryType { name } } }"}).json()
         assert body["data"]["__schema"]["queryType"]["name"] == "Query"
@@ -121,7 +122,7 @@ async def test_readiness_details_and_metrics_are_for_operators(database_url):
     from app.settings import Settings
 
     settings = Settings.from_env({"DATABASE_URL": database_url, "PITH_ENV": "production",
-                                  "PITH_METRICS_TOKEN": "s3cret-token"})
+                                  "PITH_METRICS_TOKEN": "s3cret-token", "PITH_ANONYMOUS_POINTS_PER_HOUR": UNSPENDABLE})
     app = create_app(settings, database_url)
     async with app.router.lifespan_context(app):
         outside = httpx.ASGITransport(app=app, client=("203.0.113.9", 40000))

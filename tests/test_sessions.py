@@ -16,7 +16,7 @@ import pytest
 import pytest_asyncio
 import websockets
 
-from tests.conftest import LiveServer
+from tests.conftest import UNSPENDABLE, LiveServer
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -301,7 +301,8 @@ async def test_subscriptions_cancelled_past_the_pace_end_with_their_socket(datab
     import random
     import re
 
-    server = LiveServer(database_url, env={"PITH_ENV": "production", "PITH_TRUSTED_PROXIES": "127.0.0.1"})
+    server = LiveServer(database_url, env={"PITH_ENV": "production", "PITH_TRUSTED_PROXIES": "127.0.0.1",
+                                           "PITH_ANONYMOUS_POINTS_PER_HOUR": UNSPENDABLE})
     subscription = {"query": f'subscription {{ citationAdded(arxivId: "{PAPER}") {{ cursor }} }}'}
 
     async def churn(n: int) -> None:
