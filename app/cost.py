@@ -218,7 +218,7 @@ class Costing:
             if field.selection_set is not None:  # objects to complete: a connection is one, its items many
                 units += multiplier if connection else own
             work = multiplier * self.work(name, args, size)
-            walked = name in ("inbound", "outbound") and any(args.get(a) is not None for a in FILTERS)
+            walked = filtered(field) and any(args.get(a) is not None for a in FILTERS)  # (null: no filter)
             if walked:
                 # Its page reads the paper's edges that way until it has found `first` that pass (all of them
                 # when few or none do), and its totalCount reads all of them again.

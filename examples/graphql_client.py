@@ -37,14 +37,11 @@ def patience() -> float:
         raise SystemExit("error: PITH_PATIENCE: give the seconds the program may wait in all, e.g. 600") from None
 
 
-def query(url: str, document: str, variables: dict[str, Any] | None = None, *, key: str | None = None,
-          patience_seconds: float | None = None) -> dict[str, Any]:
+def query(url: str, document: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
     """The data of one query. Over the budget (429), waits as Retry-After says (within the patience);
     priced over the limit, raises TooCostly; any other error ends the program with the server's words."""
     sent = {**headers(), "Content-Type": "application/json"}
-    if key:
-        sent["Authorization"] = f"Bearer {key}"
-    allowed = patience() if patience_seconds is None else patience_seconds
+    allowed = patience()
     waited = 0.0
     while True:
         request = urllib.request.Request(url, data=json.dumps({"query": document, "variables": variables}).encode(),

@@ -11,6 +11,7 @@ import pytest
 
 from app.ingest.load import load_file
 from tests.conftest import AUG9, SEED, SEED_AS_OF, LiveServer
+from tests.test_sessions import multipart_payloads
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -118,14 +119,7 @@ async def _stream(client: httpx.AsyncClient, url: str, body: dict, accept: str) 
         text = (await response.aread()).decode()
     if accept == "text/event-stream":
         return [json.loads(line[5:]) for line in text.splitlines() if line.startswith("data:") and line[5:].strip()]
-    found = []
-    for part in text.split("\r\n--graphql"):
-        start = part.find("{")
-        if start >= 0:
-            payload = json.loads(part[start:].strip().rstrip("-").strip())
-            if payload:
-                found.append(payload.get("payload", payload))
-    return found
+    return multipart_payloads(text)
 
 
 @pytest.mark.parametrize("accept", ["text/event-stream", 'multipart/mixed;subscriptionSpec="1.0"'])

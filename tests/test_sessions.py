@@ -60,7 +60,6 @@ async def sse(client: httpx.AsyncClient, base: str, query: str) -> list[dict]:
 async def multipart(client: httpx.AsyncClient, base: str, query: str, leave: bool | None = None) -> list[dict]:
     """The payloads of one operation over multipart HTTP (Apollo's subscriptions), heartbeats left out.
     A running subscription is left after its first heartbeat: the client goes away."""
-    payloads: list[dict] = []
     async with client.stream("POST", base + "/graphql", json={"query": query},
                              headers={"accept": 'multipart/mixed;subscriptionSpec="1.0"'}) as response:
         assert response.status_code == 200, await response.aread()
@@ -69,6 +68,13 @@ async def multipart(client: httpx.AsyncClient, base: str, query: str, leave: boo
             body += chunk
             if (query == LIVE if leave is None else leave) and "{}" in body:
                 return []
+    return multipart_payloads(body)
+
+
+def multipart_payloads(body: str) -> list[dict]:
+    """The payloads a multipart answer carries (each part's JSON, its `payload` envelope opened), heartbeats
+    (empty parts) left out."""
+    payloads: list[dict] = []
     for part in body.split("\r\n--graphql"):
         start = part.find("{")
         if start >= 0:
