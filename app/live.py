@@ -331,10 +331,11 @@ async def close_when_told(hub: Hub, connection: object, close: Any) -> None:
     await close(1012, reason)
 
 
-async def replay(conn: asyncpg.Connection, kind: str, arxiv_id: str, after: int) -> list[asyncpg.Record]:
-    """The rows of one (kind, paper) after a position; refused when retention has removed some of them."""
-    pruned = await conn.fetchval(PRUNED_UP_TO)
-    if after < pruned:
+async def replay(conn: asyncpg.Connection, kind: str, arxiv_id: str, after: int,
+                 first: bool = True) -> list[asyncpg.Record]:
+    """The next REPLAY_BATCH rows of one (kind, paper) after a position; the first batch refused when retention
+    has removed some of them."""
+    if first and after < await conn.fetchval(PRUNED_UP_TO):
         raise LiveError("after: that cursor is older than the change log keeps (retention); refetch the current "
                         "state with a query, then subscribe without `after`")
     return await conn.fetch(REPLAY, kind, arxiv_id, after)

@@ -23,7 +23,11 @@ SELECT position, kind, arxiv_id, observation_id, work_id, event_source, event_ty
        event_reported_at, event_notice_doi, event_ended_at, committed_at
 FROM change_log WHERE position > $1 ORDER BY position LIMIT {CHANGES_BATCH}"""
 PRUNED_UP_TO: Final = "SELECT up_to FROM change_log_pruned"
-REPLAY: Final = "SELECT * FROM change_log WHERE kind = $1 AND arxiv_id = $2 AND position > $3 ORDER BY position"
+# A replay is read a batch at a time, each once the rows before it were sent: a subscription resumed from the
+# start of a hub's log (tens of thousands of rows) reads no more than its client takes and is charged for.
+REPLAY_BATCH: Final = 100
+REPLAY: Final = f"""SELECT * FROM change_log WHERE kind = $1 AND arxiv_id = $2 AND position > $3 ORDER BY position
+LIMIT {REPLAY_BATCH}"""
 
 # PostgreSQL's statistics: the most common cited (citing) paper's share of the observations, times
 # their number, is the planner's own estimate of the largest degree; the snapshots' row estimate bounds

@@ -24,7 +24,8 @@ import pytest_asyncio
 import websockets
 
 from app.ingest.load import load_file
-from tests.conftest import AUG9, LONG_TESTS, SEED, LiveServer, aug9_documents, create_database, drop_database
+from tests.conftest import (AUG9, LONG_TESTS, SEED, UNSPENDABLE, LiveServer, aug9_documents, create_database,
+                            drop_database, most_cited, synthetic_database)
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -678,3 +679,75 @@ async def test_subscriptions_are_priced_refused_over_the_limit_and_charged_per_e
         assert 1 <= len(limited) < 6, limited
     finally:
         server.stop()
+
+
+async def test_a_replay_from_the_start_of_a_hubs_log_is_read_a_batch_at_a_time_and_loses_nothing(admin_url):
+    """`after` the log's first position replays a hub's every citation. Read whole in one statement (tens of
+    thousands of rows on a real hub, decoded on the event loop), a client that subscribed and left over and over
+    stalled every other client's lookups for seconds: it is read REPLAY_BATCH rows at a time (a limit, under
+    the pool's generic plan), each batch once the rows before it were sent, and the events
+    come once each, in the log's order, across the batches' seams."""
+    from app.live import decode_cursor, encode_cursor
+    from loaders.system import REPLAY, REPLAY_BATCH
+
+    url = await synthetic_database(admin_url, "pith_test_replay", 60, 5, hub_citations=2 * REPLAY_BATCH + 50)
+    server = LiveServer(url, env={"PITH_ANONYMOUS_POINTS_PER_HOUR": UNSPENDABLE})
+    try:
+        hub = await most_cited(url)
+        conn = await asyncpg.connect(url)
+        try:
+            positions = [r["position"] for r in await conn.fetch(
+                "SELECT position FROM change_log WHERE kind = 'citation_added' AND arxiv_id = $1 ORDER BY position",
+                hub)]
+            await conn.execute("SET plan_cache_mode = force_generic_plan")
+            plan = "\n".join(r[0] for r in await conn.fetch("EXPLAIN " + REPLAY, "citation_added", hub, 0))
+        finally:
+            await conn.close()
+        assert len(positions) > 2 * REPLAY_BATCH, len(positions)
+        assert plan.lstrip().startswith("Limit"), plan  # (on a log of 241,063 rows: change_log_by_paper's range)
+        sub = await Subscription(server.base, CITATIONS, {"id": hub, "after": encode_cursor(0)}).start()
+        await sub.wait_for(len(positions), timeout=60)
+        await asyncio.sleep(0.5)  # nothing more may come
+        assert not sub.errors, sub.errors
+        assert [decode_cursor(e["citationAdded"]["cursor"]) for _, e in sub.events] == positions
+        await sub.close()
+    finally:
+        server.stop()
+        await drop_database(admin_url, url)
+
+
+@pytest.mark.parametrize("spec_version", ["2.3", "2.4"])
+async def test_a_stream_cancelled_while_it_sends_is_closed_at_once(spec_version):
+    """A client that goes away cancels its stream's response (app.middleware's watch), most often while the
+    response waits to send a chunk. Starlette's StreamingResponse then left its body suspended: Strawberry's
+    stream, whose heartbeat and reading tasks waited on a queue no one read until the collector found them,
+    logged as errors ("aclose(): asynchronous generator is already running"). The view's response closes its
+    body however it ends, under both of Starlette's ways of streaming."""
+    from app.graphql.view import ClosingStream
+
+    closed = asyncio.Event()
+    sending = asyncio.Event()
+
+    async def body():
+        try:
+            while True:
+                yield "data: {}\n\n"
+        finally:
+            closed.set()
+
+    async def receive():
+        await asyncio.Event().wait()  # the client says nothing more
+
+    async def send(message):
+        if message["type"] == "http.response.body":
+            sending.set()
+            await asyncio.Event().wait()  # a client that reads no more: the send never completes
+
+    scope = {"type": "http", "asgi": {"spec_version": spec_version}, "method": "POST", "path": "/graphql",
+             "headers": []}
+    task = asyncio.create_task(ClosingStream(body(), media_type="text/event-stream")(scope, receive, send))
+    await asyncio.wait_for(sending.wait(), 5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert closed.is_set()

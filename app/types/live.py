@@ -24,6 +24,7 @@ from app.timeparse import BadInput, now_as_of, parse_arxiv_id
 from app.types.enums import WorkEventType
 from app.types.graph import CitationEdge, CitationObservation
 from app.types.standing import WorkEvent
+from loaders.system import REPLAY_BATCH
 
 ArxivIdArg = Annotated[str, strawberry.argument(description="arXiv id without version, e.g. 2402.15627.")]
 AfterArg = Annotated[str | None, strawberry.argument(description=(
@@ -131,18 +132,21 @@ async def _changes(info: Info, kind: str, arxiv_id: str, after: str | None) -> A
     try:
         # sub.last: only what is dispatched from here on, unless replaying; each row is handled (sent, or
         # found not visible) before the next, so resuming after sub.last loses nothing and repeats nothing.
-        if start is not None:
-            async with context.app.connection() as conn:
-                try:
-                    rows = await replay(conn, kind, arxiv_id, start)
-                except LiveError as exc:
-                    raise SubscriptionError(str(exc), "CURSOR_EXPIRED") from None
+        if start is not None:  # a batch at a time (REPLAY_BATCH), each read once the one before was sent
             sub.last = start
-            for row in rows:
-                if sub.dropped:
-                    raise _ended(sub)
-                yield row
-                sub.last = row["position"]
+            while True:
+                async with context.app.connection() as conn:
+                    try:
+                        rows = await replay(conn, kind, arxiv_id, sub.last, first=sub.last == start)
+                    except LiveError as exc:
+                        raise SubscriptionError(str(exc), "CURSOR_EXPIRED") from None
+                for row in rows:
+                    if sub.dropped:
+                        raise _ended(sub)
+                    yield row
+                    sub.last = row["position"]
+                if len(rows) < REPLAY_BATCH:
+                    break
         while True:
             row = await sub.queue.get()
             if row is None or sub.dropped:
