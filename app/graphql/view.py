@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 from cross_web import HTTPException
 from graphql import ExecutionResult
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 from strawberry.asgi import GraphQL as StrawberryGraphQL
 from strawberry.exceptions import MissingQueryError
@@ -246,6 +246,22 @@ class WSHandler(BaseGraphQLWSHandler[Context, None]):
         # The client left before its answer (else logged as a task exception never retrieved).
         with contextlib.suppress(WebSocketDisconnected, SocketClosed):
             await super().handle_async_results(*args, **kwargs)
+
+
+class ClosingStream(StreamingResponse):
+    """Starlette's StreamingResponse, whose body (Strawberry's stream: a heartbeat task and a task reading the
+    subscription) is closed when the response ends, however it ends. A client that goes away cancels the
+    response while it waits to send a chunk, and Starlette leaves the body suspended: its tasks then waited
+    on a queue no one read until the collector found them, each logged as an error ("Task was destroyed but
+    it is pending", "aclose(): asynchronous generator is already running"), the subscription held till then."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            close = getattr(self.body_iterator, "aclose", None)
+            if close is not None:
+                await close()
 
 
 class GraphQLView(StrawberryGraphQL[Context, None]):
@@ -515,6 +531,12 @@ class GraphQLView(StrawberryGraphQL[Context, None]):
         sub_response.status_code = status
         sub_response.headers.update(headers)
         return payload
+
+    async def create_streaming_response(self, request: Any, stream: Any, sub_response: Response,  # type: ignore[override]
+                                        headers: Any) -> Response:
+        """Strawberry's streaming response (SSE, multipart), its stream closed however the response ends."""
+        return ClosingStream(stream(), status_code=sub_response.status_code or 200,
+                             headers={**sub_response.headers, **headers})
 
     def create_response(self, response_data: Any, sub_response: Response) -> Response:  # type: ignore[override]
         return http.graphql_response(response_data, sub_response.status_code or 200, sub_response.media_type,
