@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import socket
 import struct
@@ -225,18 +226,23 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().shutdown()
 
     def send_400_response(self, msg: str) -> None:
-        if not self._too_large:
-            super().send_400_response(msg)
-            return
+        """A request the parser refused (uvicorn answers it in plain text: "Invalid HTTP request received."), or a
+        head past its bound (431), answered in the GraphQL error shape every other refusal has, with a request id
+        and, for a page of an allowed origin whose Origin came before the fault, the CORS fields to read it."""
         rid = os.urandom(16).hex()
-        body = (f'{{"errors":[{{"message":"the request line and headers are larger than {self.limit} bytes",'
-                f'"extensions":{{"code":"REQUEST_HEADER_FIELDS_TOO_LARGE","requestId":"{rid}"}}}}]}}').encode()
-        self.logger.warning("refused a request whose headers are larger than %d bytes (request id %s)", self.limit,
-                            rid)
-        # (The Origin counts when it came before the bound: browsers send it before cookies and most of their own.)
+        if self._too_large:
+            status, code = b"431 Request Header Fields Too Large", "REQUEST_HEADER_FIELDS_TOO_LARGE"
+            message = f"the request line and headers are larger than {self.limit} bytes"
+            self.logger.warning("refused a request whose headers are larger than %d bytes (request id %s)",
+                                self.limit, rid)
+        else:
+            status, code = b"400 Bad Request", "BAD_REQUEST"
+            message = (f"{msg.rstrip('.').lower()}: not an HTTP/1.1 request this server reads (RFC 9112: a method of "
+                       "letters, header names of token characters, values of visible characters); nothing of it was read")
+        body = json.dumps({"errors": [{"message": message, "extensions": {"code": code, "requestId": rid}}]},
+                          separators=(",", ":")).encode()
         fields = b"".join(name + b": " + value + b"\r\n" for name, value in refusal_headers(self._origin))
-        self.transport.write(b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
-                             b"content-type: application/json; charset=utf-8\r\n"
+        self.transport.write(b"HTTP/1.1 " + status + b"\r\ncontent-type: application/json; charset=utf-8\r\n"
                              b"content-length: " + str(len(body)).encode() + b"\r\nx-request-id: " + rid.encode()
                              + b"\r\n" + fields + b"connection: close\r\n\r\n" + body)
         self.transport.close()

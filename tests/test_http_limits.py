@@ -451,3 +451,24 @@ async def test_a_body_past_the_limit_is_charged_and_says_what_its_budget_holds(d
         assert left[0] > left[1] > left[2], left
     finally:
         production.stop()
+
+
+async def test_a_request_the_parser_refuses_is_told_why_in_the_shape_of_every_refusal(server):
+    """A method of other characters than letters, a control character in a header, a request line that is not
+    HTTP: uvicorn answered these in plain text ("Invalid HTTP request received."); they are 400 in the GraphQL
+    error shape, with a request id, as every other refusal is."""
+    for request in (b"G@T /graphql HTTP/1.1\r\nHost: x\r\n\r\n",
+                    b"GET /graphql HTTP/1.1\r\nHost: x\r\nX-Bad: a\x01b\r\n\r\n",
+                    b"GET /graphql HTTP/1.1\r\nHo st: x\r\n\r\n",
+                    b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"):  # a TLS hello sent to the plain port
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(request)
+        await writer.drain()
+        try:
+            status, body = await read_response(reader)
+        finally:
+            writer.close()
+        assert status == 400, (request, status, body)
+        (error,) = json.loads(body)["errors"]
+        assert error["extensions"]["code"] == "BAD_REQUEST" and error["extensions"]["requestId"], error
+        assert "HTTP/1.1" in error["message"], error
