@@ -237,8 +237,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                                 self.limit, rid)
         else:
             status, code = b"400 Bad Request", "BAD_REQUEST"
-            message = (f"{msg.rstrip('.').lower()}: not an HTTP/1.1 request this server reads (RFC 9112: a method of "
-                       "letters, header names of token characters, values of visible characters); nothing of it was read")
+            message = (f"{msg.rstrip('.').lower()}: not an HTTP/1.1 request this server reads (RFC 9112: a method "
+                       "of letters, header names of token characters, values of visible characters); nothing of it "
+                       "was read")
         body = json.dumps({"errors": [{"message": message, "extensions": {"code": code, "requestId": rid}}]},
                           separators=(",", ":")).encode()
         fields = b"".join(name + b": " + value + b"\r\n" for name, value in refusal_headers(self._origin))
