@@ -55,6 +55,7 @@ httptools_impl.service_unavailable = service_unavailable  # type: ignore[assignm
 
 
 MAX_CONNECTIONS_PER_PEER = 256  # without limit_concurrency; with it, a quarter of it
+ROOM = 32  # connections past limit_concurrency still accepted to answer 503 (app.cli.concurrency_limit keeps 64)
 _per_peer: dict[str, int] = {}  # connections open per untrusted peer address, in this worker
 _trusted_networks: Any = None
 
@@ -99,6 +100,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._due: float | None = None  # the deadline a message still being read needs, armed once its chunk is read
         self._peer: str | None = None  # the untrusted address this connection is counted against
         self._origin: bytes | None = None  # the request's Origin, for a 431's CORS fields
+        self._idle_since = 0.0  # when the connection opened, or its last response was sent
 
     # --- timeouts: a head must arrive within HEAD_TIMEOUT_SECONDS of its first byte (or of the connection
     # opening), a body within BODY_TIMEOUT_SECONDS of its head; uvicorn's timeout_keep_alive bounds the
@@ -152,7 +154,35 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                 return
             _per_peer[peer] = held + 1
             self._peer = peer
+        self._idle_since = self.loop.time()
+        limit = self.limit_concurrency
+        if limit and len(self.connections) >= limit and not self._make_room(limit):
+            return
         self._arm(HEAD_TIMEOUT_SECONDS)
+
+    def _idle(self) -> bool:
+        """Between requests (a kept-alive connection), or opened and sent nothing yet."""
+        return self.timeout_keep_alive_task is not None or (
+            self._heads_done == 0 and self._in_head and self._head == 0 and self._raw == 0 and self.cycle is None)
+
+    def _make_room(self, limit: int) -> bool:
+        """Past `limit_concurrency` connections: an idle one is closed for the new one, as nginx reuses its idle
+        keep-alive connections when it has no more. uvicorn answers a request past the limit 503 with Retry-After,
+        but idle sockets (from many addresses, each within its share) kept being accepted till the descriptors
+        ran out, and from then on every new connection was reset unanswered. With none idle, a new connection
+        is kept (its request gets that 503) while descriptors are spare (ROOM), and closed at once past that."""
+        idle = [other for other in self.connections
+                if other is not self and isinstance(other, BoundedHttpToolsProtocol) and other._idle()]
+        if idle:  # the one idle longest: a client between its requests of a moment ago keeps its connection
+            other = min(idle, key=lambda connection: connection._idle_since)
+            if other.transport is not None:
+                other.transport.close()
+            self.connections.discard(other)
+            return True
+        if len(self.connections) > limit + ROOM:
+            self.transport.close()
+            return False
+        return True
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
@@ -200,6 +230,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         self.transport.abort()
+
+    def on_response_complete(self) -> None:
+        self._idle_since = self.loop.time()
+        super().on_response_complete()
 
     def on_message_complete(self) -> None:
         self._in_head = True  # what follows on this connection is the next request's head

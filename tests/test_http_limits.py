@@ -229,8 +229,11 @@ async def test_past_its_connection_limit_a_worker_answers_503_with_retry_after(d
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     held = []
     try:
-        for i in range(limit):  # from several addresses, each within its share of the connections
+        for i in range(limit):  # from several addresses, each within its share of the connections, each busy with
+            # a request begun (an idle connection would be closed for a new one)
             held.append(await asyncio.open_connection("127.0.0.1", small.port, local_addr=(f"127.0.1.{i % 6 + 1}", 0)))
+            held[-1][1].write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        await asyncio.sleep(0.3)
         reader, writer = await asyncio.open_connection("127.0.0.1", small.port)
         writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\nOrigin: " + APP.encode() + b"\r\n\r\n")
         await writer.drain()
@@ -472,3 +475,37 @@ async def test_a_request_the_parser_refuses_is_told_why_in_the_shape_of_every_re
         (error,) = json.loads(body)["errors"]
         assert error["extensions"]["code"] == "BAD_REQUEST" and error["extensions"]["requestId"], error
         assert "HTTP/1.1" in error["message"], error
+
+
+async def test_idle_sockets_from_many_addresses_yield_to_a_new_client_before_descriptors_run_out(database_url):
+    """Three idle sockets from each of a hundred addresses (each well within its share) on a worker with 256
+    file descriptors: they were all accepted till the descriptors ran out, and every new connection after was
+    reset unanswered. Past `limit_concurrency` an idle connection is closed for a new one, so a client that
+    comes then is answered."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+    try:
+        small = LiveServer(database_url)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    held = []
+    try:
+        for n in range(300):
+            held.append(await asyncio.open_connection("127.0.0.1", small.port,
+                                                      local_addr=(f"127.0.1.{n % 100 + 1}", 0)))
+        await asyncio.sleep(0.5)
+        for _ in range(5):
+            reader, writer = await asyncio.open_connection("127.0.0.1", small.port, local_addr=("127.0.2.1", 0))
+            writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            await writer.drain()
+            try:
+                status, _ = await read_response(reader)
+            finally:
+                writer.close()
+            assert status == 200, status
+    finally:
+        for _, w in held:
+            w.close()
+        small.stop()
