@@ -160,24 +160,34 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             return
         self._arm(HEAD_TIMEOUT_SECONDS)
 
-    def _idle(self) -> bool:
-        """Between requests (a kept-alive connection), or opened and sent nothing yet."""
-        return self.timeout_keep_alive_task is not None or (
-            self._heads_done == 0 and self._in_head and self._head == 0 and self._raw == 0 and self.cycle is None)
+    def _spare(self) -> int:
+        """How readily this connection is closed for a new one past the limit (0: not at all). A connection that
+        has not yet brought a request through (it sent nothing, or a head still unfinished) goes first; one
+        between requests of a client it has served, only when there is no such connection."""
+        if self._heads_done == 0 and self.cycle is None:
+            return 2
+        return 1 if self.timeout_keep_alive_task is not None else 0
 
     def _make_room(self, limit: int) -> bool:
-        """Past `limit_concurrency` connections: an idle one is closed for the new one, as nginx reuses its idle
+        """Past `limit_concurrency` connections: one is closed for the new one, as nginx reuses its idle
         keep-alive connections when it has no more. uvicorn answers a request past the limit 503 with Retry-After,
         but idle sockets (from many addresses, each within its share) kept being accepted till the descriptors
-        ran out, and from then on every new connection was reset unanswered. With none idle, a new connection
-        is kept (its request gets that 503) while descriptors are spare (ROOM), and closed at once past that."""
-        idle = [other for other in self.connections
-                if other is not self and isinstance(other, BoundedHttpToolsProtocol) and other._idle()]
-        if idle:  # the one idle longest: a client between its requests of a moment ago keeps its connection
-            other = min(idle, key=lambda connection: connection._idle_since)
-            if other.transport is not None:
-                other.transport.close()
-            self.connections.discard(other)
+        ran out, and from then on every new connection was reset unanswered. The one closed is, of those that
+        never brought a request through, the oldest; failing those, the one between requests the longest (a
+        client served a moment ago keeps its connection while any socket that never asked for anything is
+        open). With none to close, a new connection is kept (its request gets that 503) while descriptors are
+        spare (ROOM), and closed at once past that."""
+        best, best_rank = None, (0, 0.0)
+        for other in self.connections:
+            if other is self or not isinstance(other, BoundedHttpToolsProtocol):
+                continue
+            spare = other._spare()
+            if spare and (spare, -other._idle_since) > best_rank:
+                best, best_rank = other, (spare, -other._idle_since)
+        if best is not None:
+            if best.transport is not None:
+                best.transport.close()
+            self.connections.discard(best)
             return True
         if len(self.connections) > limit + ROOM:
             self.transport.close()
@@ -272,8 +282,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         else:
             status, code = b"400 Bad Request", "BAD_REQUEST"
             message = (f"{msg.rstrip('.').lower()}: not an HTTP/1.1 request this server reads (RFC 9112: a method "
-                       "of letters, header names of token characters, values of visible characters); nothing of it "
-                       "was read")
+                       "of letters, header names of token characters, values of visible characters); the connection "
+                       "is closed")
         body = json.dumps({"errors": [{"message": message, "extensions": {"code": code, "requestId": rid}}]},
                           separators=(",", ":")).encode()
         fields = b"".join(name + b": " + value + b"\r\n" for name, value in refusal_headers(self._origin))

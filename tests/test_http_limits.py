@@ -230,9 +230,10 @@ async def test_past_its_connection_limit_a_worker_answers_503_with_retry_after(d
     held = []
     try:
         for i in range(limit):  # from several addresses, each within its share of the connections, each busy with
-            # a request begun (an idle connection would be closed for a new one)
+            # a request whose body is on its way (one that has not brought a request through is closed for a new one)
             held.append(await asyncio.open_connection("127.0.0.1", small.port, local_addr=(f"127.0.1.{i % 6 + 1}", 0)))
-            held[-1][1].write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+            held[-1][1].write(b"POST /graphql HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                              b"Content-Length: 100\r\n\r\n{")
         await asyncio.sleep(0.3)
         reader, writer = await asyncio.open_connection("127.0.0.1", small.port)
         writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\nOrigin: " + APP.encode() + b"\r\n\r\n")
@@ -480,8 +481,9 @@ async def test_a_request_the_parser_refuses_is_told_why_in_the_shape_of_every_re
 async def test_idle_sockets_from_many_addresses_yield_to_a_new_client_before_descriptors_run_out(database_url):
     """Three idle sockets from each of a hundred addresses (each well within its share) on a worker with 256
     file descriptors: they were all accepted till the descriptors ran out, and every new connection after was
-    reset unanswered. Past `limit_concurrency` an idle connection is closed for a new one, so a client that
-    comes then is answered."""
+    reset unanswered. Past `limit_concurrency` a connection that never brought a request through is closed for
+    a new one (sent nothing, or a head left unfinished), so a client that comes then is answered; and a client
+    on a kept-alive connection, between its requests while such sockets flood in, keeps its connection."""
     import resource
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -491,21 +493,48 @@ async def test_idle_sockets_from_many_addresses_yield_to_a_new_client_before_des
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     held = []
+
+    async def flood(waves: int, head: bytes) -> None:
+        for wave in range(waves):
+            for n in range(300):
+                _, w = await asyncio.open_connection("127.0.0.1", small.port, local_addr=(f"127.0.1.{n % 100 + 1}", 0))
+                w.write(head)
+                held.append(w)
+            await asyncio.sleep(0.05)
+
+    async def light(until: asyncio.Task) -> list[int]:
+        statuses = []
+        reader, writer = await asyncio.open_connection("127.0.0.1", small.port, local_addr=("127.0.2.1", 0))
+        try:
+            while not until.done() or not statuses:
+                writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                await writer.drain()
+                statuses.append((await read_response(reader))[0])
+                await asyncio.sleep(0.05)
+        finally:
+            writer.close()
+        return statuses
+
     try:
-        for n in range(300):
-            held.append(await asyncio.open_connection("127.0.0.1", small.port,
-                                                      local_addr=(f"127.0.1.{n % 100 + 1}", 0)))
-        await asyncio.sleep(0.5)
-        for _ in range(5):
-            reader, writer = await asyncio.open_connection("127.0.0.1", small.port, local_addr=("127.0.2.1", 0))
-            writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-            await writer.drain()
-            try:
-                status, _ = await read_response(reader)
-            finally:
-                writer.close()
-            assert status == 200, status
+        for head in (b"", b"GET /healthz HTTP/1.1\r\nHost: x\r\n"):  # idle sockets, then unfinished heads
+            flooding = asyncio.create_task(flood(3, head))
+            statuses = await light(flooding)
+            await flooding
+            assert statuses and set(statuses) == {200}, statuses
+            for _ in range(5):
+                reader, writer = await asyncio.open_connection("127.0.0.1", small.port, local_addr=("127.0.2.2", 0))
+                writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                await writer.drain()
+                try:
+                    status, _ = await read_response(reader)
+                finally:
+                    writer.close()
+                assert status == 200, status
+            for w in held:
+                w.close()
+            held.clear()
+            await asyncio.sleep(0.5)
     finally:
-        for _, w in held:
+        for w in held:
             w.close()
         small.stop()
