@@ -89,6 +89,32 @@ async def test_a_clairvoyance_probe_recovers_no_name_beyond_the_operation_roots(
     assert leaked == {}, leaked
 
 
+async def test_a_wordlist_in_the_request_does_not_bring_the_types_names_back(production):
+    """Errors echo what the request spelled; a wordlist of every type's name in a comment, as aliases or as
+    field names made the probe's errors name the types of the fields it probed ("Cannot query field 'x' on type
+    'Paper'"), all confirmed in one request. A type's name stays hidden in production whoever spelled it."""
+    schema = build_schema(Path(ROOT / "schema.graphql").read_text())
+    types = sorted(name for name in schema.type_map if name not in PUBLIC and not name.startswith("__"))
+    words = " ".join(types)
+    aliases = " ".join(f"{name}: __typename" for name in types)
+    documents = [document + " # " + words for document in probes()]
+    documents += [document.replace("{ __typename", "{ __typename " + aliases, 1) for document in probes()]
+    documents += [f'{{ paper(arxivId: "2402.15627") {{ {words} }} }}',
+                  f'{{ paper(arxivId: "2402.15627") {{ inbound(first: 1) {{ {words} }} }} }}',
+                  f'query($f: PaperFilter) {{ browsePapers(filter: $f) {{ edges {{ cursor }} }} }} # {words}']
+    leaked: dict[str, str] = {}
+    for document in documents:
+        answer = await production.client.post("/graphql", json={"query": document,
+                                                                "variables": {"f": {"zzz": words}}})
+        assert answer.status_code < 500, (document, answer.text)
+        for error in answer.json().get("errors", []):
+            for quoted in QUOTED.findall(error["message"]):
+                for name in NAME.findall(quoted):
+                    if name in types:
+                        leaked[name] = f"{document[:200]} -> {error['message']}"
+    assert leaked == {}, leaked
+
+
 async def test_suggestions_of_every_kind_are_left_out_in_production(production):
     for document, variables in [
         ('{ papr(arxivId: "x") { title } }', None),
