@@ -8,6 +8,7 @@ pith / ceiling says how much of the gap is ours rather than the stack's.
 
     DATABASE_URL=... python bench/ceiling.py --port 8123
     python bench/ceiling.py --port 8123 --constant   # no database: a fixed answer (bench/stack.py)
+    python bench/ceiling.py --port 8123 --starlette  # the same answer from a Starlette route: its own layers
 """
 
 from __future__ import annotations
@@ -72,6 +73,19 @@ async def _answer(send, answer: bytes) -> None:
     await send({"type": "http.response.body", "body": answer})
 
 
+def starlette_app():
+    """The fixed answer from one Starlette route: what Starlette's own layers (its error and exception
+    middleware, the router, a Response) cost with none of pith-graph's."""
+    from starlette.applications import Starlette
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    async def fixed(request) -> Response:
+        return Response(CONSTANT, media_type="application/json")
+
+    return Starlette(routes=[Route(path, fixed, methods=["GET", "POST"]) for path in ("/", "/graphql")])
+
+
 def main() -> None:
     import uvicorn
 
@@ -79,8 +93,10 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--constant", action="store_true",
                         help="no database: answer every request with a fixed document")
+    parser.add_argument("--starlette", action="store_true", help="no database: the fixed document from a Starlette route")
     args = parser.parse_args()
-    uvicorn.run(Ceiling(None if args.constant else os.environ["DATABASE_URL"]), host="127.0.0.1", port=args.port,
+    app = starlette_app() if args.starlette else Ceiling(None if args.constant else os.environ["DATABASE_URL"])
+    uvicorn.run(app, host="127.0.0.1", port=args.port,
                 log_config=None, log_level="warning", access_log=False, timeout_keep_alive=75)
 
 

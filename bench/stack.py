@@ -2,7 +2,8 @@
 
 bench/peer.py holds pith-graph's Q2 against bench/ceiling.py (uvicorn + asyncpg, one statement, nothing
 else). This asks what part of the gap the layers pith-graph keeps on every request cost before any
-GraphQL or database work: uvicorn answering a fixed document (ceiling.py --constant), pith-graph's
+GraphQL or database work: uvicorn answering a fixed document (ceiling.py --constant), the same from one
+Starlette route (ceiling.py --starlette: Starlette's own layers), pith-graph's
 /healthz (the same uvicorn, Starlette's routing and exception layers, the request id and access line,
 CORS, the body limit and disconnect watch, gzip; no database, no GraphQL), the ceiling's Q2, and
 pith-graph's Q2 (a plan's statement), under wrk -t2 -c32, rounds interleaved. The ratios are the
@@ -43,10 +44,14 @@ def run(url: str, seconds: int, rounds: int, seed: int = 1) -> dict[str, Any]:
     port = peer.free_port()
     constant = peer.Running("constant", [sys.executable, str(peer.ROOT / "bench" / "ceiling.py"), "--port", str(port),
                                          "--constant"], dict(os.environ), port, peer.payload("pith", "Q2", ids[0]))
+    port = peer.free_port()
+    starlette = peer.Running("starlette", [sys.executable, str(peer.ROOT / "bench" / "ceiling.py"), "--port", str(port),
+                                           "--starlette"], dict(os.environ), port, peer.payload("pith", "Q2", ids[0]))
     ceiling = peer.start_ceiling(url, ids[0])
     pith = peer.start_pith(url, 1, ids[0])
     measures = {
         "uvicorn, a fixed document": lambda r: wrk_get(constant.base, "/", seconds),
+        "Starlette, a fixed document from one route": lambda r: wrk_get(starlette.base, "/", seconds),
         "pith-graph /healthz (its layers, no database)": lambda r: wrk_get(pith.base, "/healthz", seconds),
         "ceiling Q2 (uvicorn + asyncpg)": lambda r: peer.wrk(ceiling.base, "pith", "Q2", ids, seconds, seed + r)["rps"],
         "pith-graph Q2": lambda r: peer.wrk(pith.base, "pith", "Q2", ids, seconds, seed + r)["rps"],
@@ -60,17 +65,20 @@ def run(url: str, seconds: int, rounds: int, seed: int = 1) -> dict[str, Any]:
                 runs[name].append(measure(r))
                 peer.log(f"{name}: {runs[name][-1]:.0f} rps")
     finally:
-        for server in (constant, ceiling, pith):
+        for server in (constant, starlette, ceiling, pith):
             server.stop()
     rps = {name: statistics.median(v) for name, v in runs.items()}
     names = list(measures)
     return {"date": date.today().isoformat(), "wrk": "wrk -t2 -c32", "seconds": seconds, "rounds": rounds,
             "cpus": os.cpu_count(), "load": os.getloadavg(),
             "runs": {name: {"rps": rps[name], "rps_runs": runs[name]} for name in names},
-            "ratios": {"healthz / fixed document": rps[names[1]] / rps[names[0]],
-                       "healthz / ceiling Q2": rps[names[1]] / rps[names[2]],
-                       "pith Q2 / ceiling Q2": rps[names[3]] / rps[names[2]],
-                       "pith Q2 / healthz": rps[names[3]] / rps[names[1]]}}
+            "ratios": {"Starlette / fixed document": rps[names[1]] / rps[names[0]],
+                       "healthz / Starlette": rps[names[2]] / rps[names[1]],
+                       "healthz / fixed document": rps[names[2]] / rps[names[0]],
+                       "healthz / ceiling Q2": rps[names[2]] / rps[names[3]],
+                       "pith Q2 / ceiling Q2": rps[names[4]] / rps[names[3]],
+                       "pith Q2 / healthz": rps[names[4]] / rps[names[2]]},
+            "us_per_request": {name: 1e6 / rps[name] for name in names}}
 
 
 def main() -> None:
