@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import re
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import asyncpg
 from graphql import GraphQLError, OperationType
@@ -29,6 +29,9 @@ from app import metrics
 from app.logs import note, request_id
 from app.shape import TextRefused, refused_unread
 from loaders.base import TURN
+
+if TYPE_CHECKING:
+    from app.schema import Schema
 
 
 def rate_limited_error(exc: RateLimited) -> OperationError:
@@ -176,23 +179,19 @@ def said_by_client(query: str | None, variables: Any = None) -> frozenset[str]:
     return frozenset(NAME.findall(text))
 
 
-def unsaid_hidden(message: str, said: frozenset[str], types: frozenset[str] = frozenset()) -> str:
-    """The message with every quoted name the client did not spell itself replaced by '…', and every name of
-    the schema's types (`types`) whoever spelled it: in production a request error tells what was wrong with
-    what was sent, not the schema's names (a type, an argument, a field's type) that introspection is off to
-    keep (clairvoyance rebuilds a schema from them). A type's name is hidden even when the request spells it:
-    otherwise a wordlist anywhere in the request (a comment, aliases, unknown fields) came back as the types of
-    the fields it probed ("Cannot query field 'x' on type 'Paper'"), confirmed in one request."""
+def unsaid_hidden(message: str, said: frozenset[str]) -> str:
+    """The message with every quoted name the client did not spell itself replaced by '…': in production a
+    request error tells what was wrong with what was sent, not the schema's names (a type, an argument,
+    a field's type) that introspection is off to keep (clairvoyance rebuilds a schema from them)."""
     def hide(found: re.Match) -> str:
         names = NAME.findall(found.group(1))
-        shown = all((n in said and n not in types) or n in PUBLIC_NAMES for n in names)
-        return found.group(0) if shown else "'…'"
+        return found.group(0) if all(n in said or n in PUBLIC_NAMES for n in names) else "'…'"
 
     return QUOTED.sub(hide, message)
 
 
 def masked(error: GraphQLError, statement_timeout_ms: int, production: bool = False,
-           said: frozenset[str] | None = None, types: frozenset[str] = frozenset()) -> GraphQLError:
+           said: frozenset[str] | None = None) -> GraphQLError:
     """The error as clients see it: the service's own errors as they are (with a code and the request id),
     anything unexpected replaced by a message naming the request id (the original is logged once, by
     the schema's process_errors). In production no message suggests a name ("Did you mean"): with
@@ -210,7 +209,7 @@ def masked(error: GraphQLError, statement_timeout_ms: int, production: bool = Fa
     if production and ("Did you mean" in error.message or (said is not None and error.path is None)):
         message = SUGGESTION.sub("", error.message)
         if said is not None and error.path is None:  # a request error (syntax, validation, variables)
-            message = unsaid_hidden(message, said, types)
+            message = unsaid_hidden(message, said)
         if message != error.message:
             error = GraphQLError(message, nodes=error.nodes, source=error.source, positions=error.positions,
                                  path=error.path, original_error=error.original_error, extensions=error.extensions)
@@ -277,23 +276,14 @@ class MaskingPolicy(MaskErrors):
         self.production = production
 
     def _process_errors(self, errors: list[GraphQLError]) -> list[GraphQLError]:
-        said, types = None, frozenset[str]()
+        said = None
         if self.production:
             ctx = self.execution_context
-            said = said_by_client(ctx.query, ctx.variables)
-            types = type_names(ctx.schema._schema)
-        return [masked(e, self.statement_timeout_ms, self.production, said, types) for e in errors]
-
-
-_TYPE_NAMES: dict[int, frozenset[str]] = {}
-
-
-def type_names(schema: Any) -> frozenset[str]:
-    """The names of a graphql-core schema's types (read once per schema)."""
-    found = _TYPE_NAMES.get(id(schema))
-    if found is None:
-        found = _TYPE_NAMES[id(schema)] = frozenset(schema.type_map) - PUBLIC_NAMES
-    return found
+            # A type's name is never among what the client said, whoever spelled it: otherwise a wordlist anywhere
+            # in the request (a comment, aliases, unknown fields) came back as the types of the fields it probed
+            # ("Cannot query field 'x' on type 'Paper'"), confirmed in one request.
+            said = said_by_client(ctx.query, ctx.variables) - cast("Schema", ctx.schema).type_names
+        return [masked(e, self.statement_timeout_ms, self.production, said) for e in errors]
 
 
 def error_codes(errors: list[dict[str, Any]]) -> set[str]:

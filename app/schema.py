@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from datetime import datetime
 from typing import Annotated, Any
@@ -414,6 +415,14 @@ def _page_info(edges: list, more: bool, after: object) -> PageInfo:
 
 class Schema(strawberry.Schema):
     """Logs only unexpected errors: a client's bad input is the client's answer, not an incident."""
+
+    @functools.cached_property
+    def type_names(self) -> frozenset[str]:
+        """The names of the schema's own types (not the roots' or the built-in scalars'): production errors
+        never quote them (app.pipeline.MaskingPolicy)."""
+        from app.pipeline import PUBLIC_NAMES
+
+        return frozenset(self._schema.type_map) - PUBLIC_NAMES
 
     async def stream(self, query: str | None, variable_values: dict[str, Any] | None = None,  # type: ignore[override]
                      context_value: Any | None = None, root_value: Any | None = None,

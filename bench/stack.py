@@ -41,12 +41,12 @@ def wrk_get(base: str, path: str, seconds: int) -> float:
 
 def run(url: str, seconds: int, rounds: int, seed: int = 1) -> dict[str, Any]:
     ids, _ = asyncio.run(peer._papers(url, 1000, seed))
-    port = peer.free_port()
-    constant = peer.Running("constant", [sys.executable, str(peer.ROOT / "bench" / "ceiling.py"), "--port", str(port),
-                                         "--constant"], dict(os.environ), port, peer.payload("pith", "Q2", ids[0]))
-    port = peer.free_port()
-    starlette = peer.Running("starlette", [sys.executable, str(peer.ROOT / "bench" / "ceiling.py"), "--port", str(port),
-                                           "--starlette"], dict(os.environ), port, peer.payload("pith", "Q2", ids[0]))
+    def fixed(mode: str) -> peer.Running:  # ceiling.py without a database: --constant or --starlette
+        port = peer.free_port()
+        return peer.Running(mode, [sys.executable, str(peer.ROOT / "bench" / "ceiling.py"), "--port", str(port),
+                                   f"--{mode}"], dict(os.environ), port, peer.payload("pith", "Q2", ids[0]))
+
+    constant, starlette = fixed("constant"), fixed("starlette")
     ceiling = peer.start_ceiling(url, ids[0])
     pith = peer.start_pith(url, 1, ids[0])
     measures = {
