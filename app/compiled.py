@@ -20,7 +20,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Final
 
 from graphql import FieldNode, FragmentSpreadNode, InlineFragmentNode, OperationDefinitionNode, OperationType
+from graphql import VariableNode, is_non_null_type, is_required_argument
 from graphql.execution.values import get_argument_values
+from graphql.pyutils import Undefined
+from graphql.utilities.coerce_input_value import coerce_default_value
 
 from app import cursors
 from app.errors import UserInputError
@@ -399,9 +402,64 @@ def _finish_cursors(connection: dict[str, Any], page: _Page, after_given: bool, 
 
 def _values(variable_values: Any, field: FieldNode, definition: Any) -> dict[str, Any] | None:
     """Coerced arguments of a field by their GraphQL names; None when they do not coerce."""
+    binding = _binding(field, definition)
+    if binding is not None:
+        coerced = getattr(variable_values, "coerced", None)
+        if coerced is not None:
+            return _bound(binding, coerced)
     try:
         coerced = get_argument_values(definition, field, variable_values)
     except Exception:  # noqa: BLE001 - the ordinary path reports it
         return None
     names = {(arg.out_name or name): name for name, arg in definition.args.items()}
     return {names.get(k, k): v for k, v in coerced.items()}
+
+
+# A field's arguments when each that its node gives is a variable (as clients send them): per argument its
+# GraphQL name, the variable's name (None: not given), its coerced default (Undefined: none), whether it is
+# required and whether its type is non-null; made once per field node and definition, kept with both (their
+# identities are the key). graphql-core's get_argument_values binds such a field the same way, each time.
+_BINDINGS: dict[tuple[int, int], tuple[Any, Any, tuple | None]] = {}
+
+
+def _binding(field: FieldNode, definition: Any) -> tuple | None:
+    key = (id(field), id(definition))
+    found = _BINDINGS.get(key)
+    if found is not None and found[0] is field and found[1] is definition:
+        return found[2]
+    binding: tuple | None
+    try:
+        given = {a.name.value: a.value for a in field.arguments or ()}
+        steps = []
+        for name, arg in definition.args.items():
+            node = given.get(name)
+            if node is not None and not isinstance(node, VariableNode):
+                raise Unsupported("a literal argument")  # graphql-core coerces it each time
+            steps.append((name, node.name.value if node is not None else None, coerce_default_value(arg),
+                          is_required_argument(arg), is_non_null_type(arg.type)))
+        binding = tuple(steps)
+    except Exception:  # noqa: BLE001 - (a literal, or a default that does not coerce): get_argument_values
+        binding = None
+    if len(_BINDINGS) >= 1024:
+        _BINDINGS.clear()
+    _BINDINGS[key] = (field, definition, binding)
+    return binding
+
+
+def _bound(binding: tuple, coerced: Any) -> dict[str, Any] | None:
+    """get_argument_values' answer for a field whose arguments are variables, from the coerced variables:
+    a variable not given leaves its argument to its default (or out); None where graphql-core raises (a
+    required argument without its value, a null for a non-null one)."""
+    values: dict[str, Any] = {}
+    for name, variable, default, required, non_null in binding:
+        if variable is None or variable not in coerced:
+            if required:
+                return None
+            if default is not Undefined:
+                values[name] = default
+            continue
+        value = coerced[variable]
+        if value is None and non_null:
+            return None
+        values[name] = value
+    return values

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+import time
+from datetime import UTC, datetime, timezone
+from typing import Any
 
 NEW_STYLE = re.compile(r"^\d{4}\.\d{4,5}\Z")
 OLD_STYLE = re.compile(r"^[a-z]+(-[a-z]+)*(\.[A-Z]{2})?/\d{7}\Z")
@@ -42,6 +44,8 @@ def parse_as_of(value: str | datetime) -> datetime:
                 _PARSED.clear()
             _PARSED[value] = found
         return found
+    if type(value) is datetime and value.tzinfo is timezone.utc and not value.microsecond:
+        return value  # already an instant as parsed here (a DateTime variable, coerced)
     return _parse_as_of(value)
 
 
@@ -71,8 +75,15 @@ def _parse_as_of(value: str | datetime) -> datetime:
         raise BadInput(f"{value!r} is out of range; expected {AS_OF_RULE}") from None
 
 
+_NOW: list[Any] = [None, None]  # the clock's last whole second, and it as an instant
+
+
 def now_as_of() -> datetime:
-    return datetime.now(timezone.utc).replace(microsecond=0)
+    """The server's clock, truncated to the second (every request in a second reads the same instant)."""
+    second = int(time.time())
+    if second != _NOW[0]:
+        _NOW[:] = [second, datetime.fromtimestamp(second, UTC)]
+    return _NOW[1]
 
 
 def answered_as_of(given: str | datetime | None, now: datetime) -> datetime:

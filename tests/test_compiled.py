@@ -268,3 +268,40 @@ async def test_client_shaped_queries_compile_and_agree(world, query):
                                                  for s in (COMPILED, ORDINARY)]
         assert compiled.errors is None and statements == 1
         assert json.dumps(compiled.data) == json.dumps(ordinary.data)  # values and key order
+
+
+@pytest.mark.parametrize("variables", [
+    {"id": "2402.15627", "at": "2026-03-01T00:00:00Z", "first": 3, "after": None},
+    {"id": "2402.15627"},  # asOf, first and after not given: their defaults (null), as graphql-core leaves them
+    {"id": "2402.15627", "at": None, "first": None},
+    {"id": None},  # a null for a non-null argument: refused, as graphql-core refuses it
+    {},  # a required argument without its variable
+])
+async def test_arguments_bound_from_variables_are_graphql_cores(variables):
+    """A field whose arguments are variables is bound once per field (app.compiled._binding), each request
+    reading the coerced variables: what it gives is what graphql-core's get_argument_values gives, defaults,
+    omissions and refusals included; a literal argument goes to graphql-core itself."""
+    from graphql.execution.values import VariableValues, VariableValueSource, get_argument_values
+
+    from app.compiled import _values
+
+    schema = make_schema()._schema
+    document = _parsed("query($id: String, $at: DateTime, $first: Int, $after: String) { paper(arxivId: $id, "
+                       "asOf: $at) { inbound(first: $first, after: $after) { totalCount } } }", 10_000)
+    operation = document_parts(document, None)[0][0]
+    paper = operation.selection_set.selections[0]
+    inbound = paper.selection_set.selections[0]
+    coerced = {k: v for k, v in variables.items()}
+    values = VariableValues({k: VariableValueSource(None, v) for k, v in coerced.items()}, coerced)
+    for field, definition in ((paper, schema.query_type.fields["paper"]),
+                              (inbound, schema.get_type("Paper").fields["inbound"])):
+        try:
+            expected = get_argument_values(definition, field, values)
+        except Exception:  # noqa: BLE001
+            expected = None
+        assert _values(values, field, definition) == expected
+    literal = _parsed('{ paper(arxivId: "2402.15627") { title } }', 10_000)
+    field = document_parts(literal, None)[0][0].selection_set.selections[0]
+    definition = schema.query_type.fields["paper"]
+    assert _values(VariableValues({}, {}), field, definition) == get_argument_values(definition, field) \
+        == {"arxivId": "2402.15627", "asOf": None}
