@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import re
 import time
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
 import asyncpg
 from graphql import GraphQLError, OperationType
@@ -30,8 +30,10 @@ from app.logs import note, request_id
 from app.shape import TextRefused, refused_unread
 from loaders.base import TURN
 
-if TYPE_CHECKING:
-    from app.schema import Schema
+class _Typed(Protocol):
+    """What the masking policy reads of the schema (app.schema.Schema): its types' names, made once."""
+
+    type_names: frozenset[str]
 
 
 def rate_limited_error(exc: RateLimited) -> OperationError:
@@ -282,7 +284,7 @@ class MaskingPolicy(MaskErrors):
             # A type's name is never among what the client said, whoever spelled it: otherwise a wordlist anywhere
             # in the request (a comment, aliases, unknown fields) came back as the types of the fields it probed
             # ("Cannot query field 'x' on type 'Paper'"), confirmed in one request.
-            said = said_by_client(ctx.query, ctx.variables) - cast("Schema", ctx.schema).type_names
+            said = said_by_client(ctx.query, ctx.variables) - cast(_Typed, ctx.schema).type_names
         return [masked(e, self.statement_timeout_ms, self.production, said) for e in errors]
 
 

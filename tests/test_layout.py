@@ -1,6 +1,7 @@
 """The code's layout: `app/main.py` a short composition of parts, and no import cycle among the modules of
-`app/` and `loaders/`, at module level or inside a function (a deferred import is for start-up time, not
-a way around a cycle). Read from the source, nothing imported."""
+`app/` and `loaders/`, at module level, inside a function or under `if TYPE_CHECKING:` (a deferred import is
+for start-up time and a type-only one for the checker, neither a way around a cycle: a reader, and the tools
+that draw the import graph, follow them all). Read from the source, nothing imported."""
 
 from __future__ import annotations
 
@@ -23,18 +24,12 @@ def modules() -> dict[str, Path]:
     return found
 
 
-def _type_checking(node: ast.AST) -> bool:
-    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-
-
 def imports_of(path: Path, name: str, known: set[str]) -> set[str]:
-    """The project's modules a module imports, anywhere in it but under `if TYPE_CHECKING:`."""
+    """The project's modules a module imports, anywhere in it (type-only imports included)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     named: set[str] = set()
 
     def visit(node: ast.AST) -> None:
-        if _type_checking(node):
-            return
         if isinstance(node, ast.Import):
             named.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
