@@ -104,11 +104,11 @@ class Running:
     """A server process on a free port of 127.0.0.1, ready when its GraphQL endpoint answers."""
 
     def __init__(self, name: str, command: list[str], env: dict[str, str], port: int, probe: dict,
-                 probe_headers: dict[str, str] | None = None) -> None:
+                 probe_headers: dict[str, str] | None = None, cwd: Path | str = ROOT) -> None:
         self.name, self.port = name, port
         self.base = f"http://127.0.0.1:{port}"
         self.log = tempfile.NamedTemporaryFile(prefix=f"bench-{name}-", suffix=".log", delete=False)
-        self.process = subprocess.Popen(command, env=env, cwd=ROOT, stdout=self.log, stderr=self.log,
+        self.process = subprocess.Popen(command, env=env, cwd=cwd, stdout=self.log, stderr=self.log,
                                         start_new_session=True)
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:

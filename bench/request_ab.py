@@ -18,12 +18,10 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from datetime import date
 from pathlib import Path
 from typing import Any
 
-import httpx
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -31,27 +29,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import peer  # noqa: E402
 
 
-def serve(url: str, code: str, probe: dict) -> tuple[subprocess.Popen, str]:
+def serve(url: str, code: str, probe: dict) -> peer.Running:
     """`pith-graph serve` from the checkout `code` (one worker, the pool bench/peer.py gives pith-graph)."""
     port = peer.free_port()
     env = {**os.environ, "DATABASE_URL": url, "PITH_POOL_MAX": "16", "PITH_POOL_MIN": "4", "PITH_ACCESS_LOG": "0",
            "PYTHONPATH": code}
-    process = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--workers", "1"],
-                               cwd=code, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"{code}: the server exited")
-        try:
-            if httpx.post(base + "/graphql", json=probe, timeout=2).status_code == 200:
-                return process, base
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    os.killpg(process.pid, 15)
-    raise SystemExit(f"{code}: the server did not answer in 90 s")
+    return peer.Running(Path(code).name, [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--workers",
+                                          "1"], env, port, probe, cwd=code)
 
 
 def run(url: str, codes: list[str], question: str, rounds: int, seconds: int, seed: int = 1) -> dict[str, Any]:
@@ -60,23 +44,22 @@ def run(url: str, codes: list[str], question: str, rounds: int, seconds: int, se
     rps: dict[str, list[float]] = {code: [] for code in codes}
     cpu: dict[str, list[float]] = {code: [] for code in codes}
     try:
-        for _, base in servers.values():  # warm: plans learned, pool grown
-            peer.wrk(base, "pith", question, ids, 2, 0)
+        for server in servers.values():  # warm: plans learned, pool grown
+            peer.wrk(server.base, "pith", question, ids, 2, 0)
         for r in range(rounds):
             order = codes[r % len(codes):] + codes[:r % len(codes)]
             for code in (order if r % 2 == 0 else order[::-1]):
-                process, base = servers[code]
-                watched = psutil.Process(process.pid)
+                watched = psutil.Process(servers[code].process.pid)
                 before = sum(watched.cpu_times()[:2])
-                out = peer.wrk(base, "pith", question, ids, seconds, seed + r)
+                out = peer.wrk(servers[code].base, "pith", question, ids, seconds, seed + r)
                 if out["errors"]:
                     raise SystemExit(f"{code}: errors under load")
                 rps[code].append(out["rps"])
                 cpu[code].append((sum(watched.cpu_times()[:2]) - before) / (out["rps"] * seconds) * 1e6)
                 peer.log(f"{code}: {out['rps']:.0f} rps, {cpu[code][-1]:.0f} us of CPU a request")
     finally:
-        for process, _ in servers.values():
-            os.killpg(process.pid, 15)
+        for server in servers.values():
+            server.stop()
     first = statistics.median(rps[codes[0]])
     return {"date": date.today().isoformat(), "question": question, "wrk": "wrk -t2 -c32", "seconds": seconds,
             "rounds": rounds, "cpus": os.cpu_count(), "load": os.getloadavg(),
