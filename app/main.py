@@ -29,7 +29,7 @@ from app.graphql.view import GraphQLView
 from app.http import error_response
 from app.live import Hub, LiveError
 from app.logs import note, request_id
-from app.middleware import BodyLimitAndCancelOnDisconnect, RequestIdMiddleware
+from app.middleware import RequestLayer
 from app.ops import Ops
 from app.pipeline import UNAVAILABLE
 from app.settings import Settings
@@ -121,17 +121,17 @@ def create_app(settings: Settings | None = None, dsn: str | None = None, *,
         Route("/readyz", ops.readyz),
         *web_routes.routes(state),
     ]
-    middleware = [Middleware(RequestIdMiddleware, traced=tracer_provider is not None,
-                             deadline_seconds=settings.request_timeout)]
+
+    def cors(app: Any) -> Cors:  # the CORS layer, for the stack and for what RequestLayer answers itself
+        return Cors(app, origins=settings.cors_origins, headers=settings.cors_headers)
+
+    middleware = [Middleware(RequestLayer, traced=tracer_provider is not None,
+                             deadline_seconds=settings.request_timeout, on_refused=state.charge_refusal, answers=cors),
+                  Middleware(cors), Middleware(GZip)]
     if tracer_provider is not None:  # the request's server span encloses everything else
         from app.tracing import tracing_middleware
 
         middleware.insert(0, tracing_middleware(tracer_provider))
-    middleware.append(Middleware(Cors, origins=settings.cors_origins, headers=settings.cors_headers))
-    middleware += [
-        Middleware(BodyLimitAndCancelOnDisconnect, on_refused=state.charge_refusal),
-        Middleware(GZip),
-    ]
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan,
                     exception_handlers={Exception: _unhandled, 404: web_routes.not_found, 405: web_routes.not_found,
                                         asyncpg.QueryCanceledError: _unavailable, DeadlinePassed: _deadline_passed,

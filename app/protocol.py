@@ -4,7 +4,7 @@ uvicorn bounds a request's head only for h11 (`h11_max_incomplete_event_size`); 
 of any size: a client sending a 100 MB header kept the event loop parsing for seconds. Past
 MAX_HEADER_BYTES (the request line and every header) the request is answered 431 Request Header Fields
 Too Large and the connection closed, without reading the rest. The body has its own bound
-(MAX_BODY_BYTES, app.middleware.BodyLimitAndCancelOnDisconnect): no byte of it counts here.
+(MAX_BODY_BYTES, app.middleware.RequestLayer): no byte of it counts here.
 
 Two counts, both of the head alone:
 - what the parser hands over (the URL and each header, as parsed), reset as each request begins;

@@ -141,7 +141,7 @@ class App:
     async def charge_refusal(self, scope: Scope) -> list[tuple[bytes, bytes]]:
         """A request refused before its operation ran (a body too large or not JSON, a media type or an Accept not
         served): a point of its client's hour, as a refused document costs (app.pipeline.charge_refusal). The
-        RateLimit fields after it, for a refusal that no transport gives them (the body layer's 413)."""
+        RateLimit fields after it, for a refusal that no transport gives them (the request layer's 413)."""
         from app.governor import Unauthenticated, rate_limit_headers
         from app.pipeline import charge_refusal
 

@@ -66,7 +66,7 @@ def excluded_urls(env: Mapping[str, str] | None = None) -> Any:
 
 def label_spans(provider: Any) -> None:
     """Every span started inside a request carries the request's id (the server span gets it as the
-    request id is chosen, app.middleware.RequestIdMiddleware)."""
+    request id is chosen, app.middleware.RequestLayer)."""
     if getattr(provider, "_pith_labelled", False) or not hasattr(provider, "add_span_processor"):
         return
     from opentelemetry.sdk.trace import SpanProcessor

@@ -85,6 +85,32 @@ async def test_a_body_up_to_the_documented_limit_is_accepted_in_one_write_or_man
         writer.close()
 
 
+async def test_a_body_past_the_limit_is_refused_in_words_a_page_of_an_allowed_origin_can_read(server):
+    """The body's 413, from a page: its CORS fields and a request id, as every other answer has (the request's
+    own layer answers it through the CORS layer); a page of another origin is not allowed to read it."""
+    for origin, readable in ((APP, True), ("http://elsewhere.example", False)):
+        for declared in (True, False):  # refused from its Content-Length, and as it is read (chunked)
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            try:
+                body = padded(MAX_BODY_BYTES + 1)
+                head = (b"POST /graphql HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nOrigin: "
+                        + origin.encode() + b"\r\n")
+                if declared:
+                    writer.write(head + b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+                else:
+                    writer.write(head + b"Transfer-Encoding: chunked\r\n\r\n" + b"".join(
+                        b"%x\r\n%s\r\n" % (len(body[i:i + 60_000]), body[i:i + 60_000])
+                        for i in range(0, len(body), 60_000)) + b"0\r\n\r\n")
+                await writer.drain()
+                answer = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+            finally:
+                writer.close()
+            fields = answer.lower()
+            assert answer.startswith(b"HTTP/1.1 413") and b"\r\nx-request-id: " in fields, answer[:400]
+            assert (b"access-control-allow-origin: " + origin.encode() in fields) is readable, answer[:600]
+            assert b"access-control-expose-headers: " in fields or not readable, answer[:600]
+
+
 async def test_a_huge_head_gets_431_and_a_never_ending_header_line_is_cut(server):
     reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
     writer.write(post(padded(200), extra=b"X-Big: " + b"a" * (MAX_HEADER_BYTES + 10) + b"\r\n"))
@@ -432,7 +458,7 @@ async def test_variables_past_their_limit_are_refused_on_a_websocket_as_over_htt
 
 
 async def test_a_body_past_the_limit_is_charged_and_says_what_its_budget_holds(database_url):
-    """The body layer's 413 costs its client a point, as every refusal does, and says so as every governed answer
+    """The request layer's 413 costs its client a point, as every refusal does, and says so as every governed answer
     does: the RateLimit fields after the charge (a client reading them saw its budget only on other answers)."""
     import httpx
 

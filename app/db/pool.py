@@ -52,7 +52,7 @@ async def connect(dsn: str, **options: Any) -> asyncpg.Connection:
 # Waiting for a pool connection: at most this long, and never past the request's deadline.
 ACQUIRE_SECONDS: Final = 5.0
 # The event loop's time when the current request's deadline passes (set as it arrives, and as an
-# operation's deadline starts: app.middleware.RequestIdMiddleware, app.context.Context); None: no deadline.
+# operation's deadline starts: app.middleware.RequestLayer, app.context.Context); None: no deadline.
 request_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("request_deadline", default=None)
 
 

@@ -1,0 +1,108 @@
+"""The request's own layer (app.middleware.RequestLayer), driven as the server drives it, in process: the watch for
+a client's leaving is started for the requests that run long, without a timer of each request's own, on whatever
+event loop serves the application."""
+
+from __future__ import annotations
+
+import asyncio
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from app import middleware
+from app.middleware import RequestLayer
+
+BODY = b'{"query": "{ __typename }"}'
+
+
+def layered() -> tuple[Starlette, list[str]]:
+    seen: list[str] = []
+
+    async def quick(request: Request) -> JSONResponse:
+        await request.body()
+        return JSONResponse({"ok": True})
+
+    async def slow(request: Request) -> JSONResponse:  # runs until its client leaves
+        await request.body()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+        return JSONResponse({"ok": True})
+
+    app = Starlette(routes=[Route("/quick", quick, methods=["POST"]), Route("/slow", slow, methods=["POST"])],
+                    middleware=[Middleware(RequestLayer)])
+    return app, seen
+
+
+def scope(path: str) -> dict:
+    return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+            "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(BODY)).encode())],
+            "client": ("127.0.0.1", 5555), "server": ("127.0.0.1", 8000), "state": {}}
+
+
+async def call(app: Starlette, path: str, leaves: asyncio.Event | None = None) -> list[dict]:
+    """One request; its client leaves when `leaves` is set (never, without it)."""
+    messages = [{"type": "http.request", "body": BODY, "more_body": False}]
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        if messages:
+            return messages.pop()
+        await (leaves.wait() if leaves is not None else asyncio.Event().wait())
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    await app(scope(path), receive, send)
+    return sent
+
+
+def test_requests_answered_at_once_schedule_no_timer_of_their_own():
+    """Two hundred requests answered before any watch is due: the layer scheduled one timer for them all (it made
+    and cancelled one per request, a fortieth of a lookup's CPU)."""
+    app, _ = layered()
+
+    async def run() -> int:
+        loop = asyncio.get_running_loop()
+        timers = 0
+        call_at = loop.call_at
+
+        def counted(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            nonlocal timers
+            timers += 1
+            return call_at(*args, **kwargs)
+
+        loop.call_at = counted  # type: ignore[method-assign]
+        try:
+            for _ in range(200):
+                sent = await call(app, "/quick")
+                assert sent[0]["status"] == 200, sent
+        finally:
+            del loop.call_at
+        return timers
+
+    assert asyncio.run(run()) <= 2
+
+
+def test_a_client_that_leaves_a_long_request_cancels_it_on_every_loop_that_serves_the_app():
+    """A request that runs past the watch's delay whose client leaves is cancelled (its query with it), on the
+    application's first event loop and on a later one (a timer of the first loop never fires on the second)."""
+    app, seen = layered()
+
+    async def run() -> list[dict]:
+        leaves = asyncio.Event()
+        request = asyncio.ensure_future(call(app, "/slow", leaves))
+        await asyncio.sleep(middleware.WATCH_AFTER / 5)
+        leaves.set()  # gone before its watch started: found once the watch starts
+        return await asyncio.wait_for(request, 30)
+
+    for _ in range(2):
+        assert asyncio.run(run()) == []  # nothing sent: the handler was cancelled, not answered
+    assert seen == ["cancelled", "cancelled"]
