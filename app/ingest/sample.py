@@ -37,11 +37,6 @@ def record_files() -> list[str]:
     return sorted(str(base / p.name) for p in base.iterdir() if p.name.endswith((".json", ".ndjson")))
 
 
-def source_files() -> list[str]:
-    base = resources.files("app") / "sample" / "sources"
-    return [str(base / name) for _, names, _, _ in IMPORTS for name in names]
-
-
 async def load_sample(conn: asyncpg.Connection) -> None:
     """Load the whole bundled sample into a migrated database (each file or import in its own transaction)."""
     for path in record_files():
