@@ -270,7 +270,8 @@ def _planned(state: State, body: bytes) -> tuple[Compiled, list[Any], list[bool]
         return None
     if refusal(price) is not None:
         return None
-    # The root field asks for its instant once: "now" is read only when no asOf is given.
+    # The root field asks for its instant once, against the clock read once a second (app.timeparse.now_as_of):
+    # an asOf in the future is answered as of now.
     now = now_as_of()
 
     def instant(as_of: Any) -> tuple[Any, bool]:  # the pipeline's rule (app.context.Context.instant)
