@@ -103,7 +103,13 @@ class RequestLayer:
                 message["headers"] = keyed_cache_rule(headers) if keyed else headers
             await send(message)
 
+        inner = receive  # what the handler reads: the body read here, then the client's leaving
         try:
+            if scope["method"] == "OPTIONS":
+                # Answered by the CORS layer (a preflight, or the methods allowed) from its head alone: no body is
+                # read, refused, charged or waited for.
+                await self.app(scope, receive, send_logged)
+                return
             body = await self._body(scope, receive, send_logged, declared)
             if body is None:  # refused (413) or the client gone before its body was in
                 return
@@ -118,23 +124,24 @@ class RequestLayer:
                 await watch.gone().wait()
                 return {"type": "http.disconnect"}
 
+            inner = replay
             try:
                 await self.app(scope, replay, send_logged)
-            except asyncio.CancelledError:
-                if watch.left and watch.task.uncancel() == 0:  # cancelled by the watch alone: the client left
-                    log.info("client went away: cancelled %s %s", scope.get("method"), scope.get("path"))
-                    return
-                # This request is being cancelled (the server is shutting down past its grace); its handler's
-                # cleanup (rollback, release) ran as the cancellation unwound it. Unanswered, it is told so in
-                # JSON, as every other answer (uvicorn would send a plain-text 500).
-                if status == 0:
-                    with contextlib.suppress(Exception):
-                        await self.answers(error_response(
-                            503, "the server is shutting down and stopped this request before it was answered; "
-                                 "retry (another server answers)", scope.get("path")))(scope, replay, send_logged)
-                raise
             finally:
                 watch.stop()
+        except asyncio.CancelledError:
+            if watch is not None and watch.left and watch.task.uncancel() == 0:  # by the watch alone: the client left
+                log.info("client went away: cancelled %s %s", scope.get("method"), scope.get("path"))
+                return
+            # This request is being cancelled (the server is shutting down past its grace), its body still arriving
+            # or its handler running (whose cleanup, rollback and release, ran as the cancellation unwound it).
+            # Unanswered, it is told so in JSON, as every other answer (uvicorn would send a plain-text 500).
+            if status == 0:
+                with contextlib.suppress(Exception):
+                    await self.answers(error_response(
+                        503, "the server is shutting down and stopped this request before it was answered; "
+                             "retry (another server answers)", scope.get("path")))(scope, inner, send_logged)
+            raise
         except Exception as exc:  # noqa: BLE001 - the one place an unexpected error is logged and answered
             log.error("unhandled error on %s %s", scope["method"], scope["path"], exc_info=exc)
             if status == 0:  # nothing sent yet: answer, with the request id, in the shape clients read
@@ -218,8 +225,9 @@ _ROUTES: dict[tuple[Any, str, str, str], str] = {}  # (app, type, method, path) 
 
 
 def route_of(scope: Scope) -> str:
-    """The route template a request matched (a bounded label), `other` when none did. Matching a path
-    against every route is regular expressions per route: each path's answer is kept (a bounded table)."""
+    """The route template a request matched (a bounded label): the first route matching path and method, else the
+    first matching the path alone (a preflight, a 405), else `other`. Matching a path against every route is
+    regular expressions per route: each path's answer is kept (a bounded table)."""
     app = scope.get("app")
     key = (app, scope["type"], scope.get("method", ""), scope["path"])
     found = _ROUTES.get(key)
@@ -232,6 +240,8 @@ def route_of(scope: Scope) -> str:
             if matched is Match.FULL:
                 found = getattr(route, "path", "other")
                 break
+            if matched is Match.PARTIAL and found == "other":
+                found = getattr(route, "path", "other")
         if len(_ROUTES) >= 4096:
             _ROUTES.clear()
         _ROUTES[key] = found

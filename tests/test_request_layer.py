@@ -106,3 +106,89 @@ def test_a_client_that_leaves_a_long_request_cancels_it_on_every_loop_that_serve
     for _ in range(2):
         assert asyncio.run(run()) == []  # nothing sent: the handler was cancelled, not answered
     assert seen == ["cancelled", "cancelled"]
+
+
+def test_an_options_request_is_answered_from_its_head_its_declared_body_never_read_nor_charged():
+    """A preflight (and any OPTIONS) is the CORS layer's to answer from its head: a declared body, over the limit or
+    not yet sent, is neither waited for nor refused and charged to its client."""
+    charged: list[str] = []
+
+    async def on_refused(scope: dict) -> list:
+        charged.append(scope["path"])
+        return []
+
+    from app.cors import Cors
+
+    def cors(app):  # noqa: ANN001, ANN202
+        return Cors(app, origins=("http://app.example",))
+
+    app = Starlette(routes=[Route("/graphql", lambda request: JSONResponse({}), methods=["POST"])],
+                    middleware=[Middleware(RequestLayer, on_refused=on_refused, answers=cors), Middleware(cors)])
+
+    async def run(headers: list[tuple[bytes, bytes]]) -> list[dict]:
+        sent: list[dict] = []
+
+        async def receive() -> dict:  # the body never comes
+            await asyncio.Event().wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict) -> None:
+            sent.append(message)
+
+        request = {**scope("/graphql"), "method": "OPTIONS", "headers": headers}
+        await asyncio.wait_for(app(request, receive, send), 10)
+        return sent
+
+    preflight = [(b"origin", b"http://app.example"), (b"access-control-request-method", b"POST")]
+    for declared in (b"10", str(middleware.MAX_BODY_BYTES + 1).encode()):
+        answered = asyncio.run(run([*preflight, (b"content-length", declared)]))
+        assert answered[0]["status"] == 200 and (b"access-control-allow-origin", b"http://app.example") in \
+            answered[0]["headers"], answered
+        assert any(name == b"x-request-id" for name, _ in answered[0]["headers"]), answered
+        plain = asyncio.run(run([(b"content-length", declared)]))
+        assert plain[0]["status"] == 204, plain
+    assert charged == []
+
+
+def test_a_request_stopped_at_shutdown_while_its_body_arrives_is_told_so_in_json():
+    """The server stops a request whose body is still arriving (SIGTERM past the grace): a JSON 503 with its
+    request id, as a request stopped while its handler runs gets, never uvicorn's plain-text 500."""
+    app, _ = layered()
+
+    async def run() -> list[dict]:
+        sent: list[dict] = []
+        parts = [{"type": "http.request", "body": BODY[:10], "more_body": True}]
+
+        async def receive() -> dict:  # the rest of the body trickles and never completes
+            if parts:
+                return parts.pop()
+            await asyncio.Event().wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict) -> None:
+            sent.append(message)
+
+        request = asyncio.ensure_future(app(scope("/quick"), receive, send))
+        await asyncio.sleep(0.01)
+        request.cancel()
+        try:
+            await request
+        except asyncio.CancelledError:
+            pass
+        else:
+            raise AssertionError("the cancellation was swallowed")
+        return sent
+
+    sent = asyncio.run(run())
+    assert sent and sent[0]["status"] == 503, sent
+    headers = dict(sent[0]["headers"])
+    assert headers[b"content-type"].startswith(b"application/json") and b"x-request-id" in headers, headers
+    assert b"shutting down" in sent[1]["body"], sent
+
+
+def test_a_preflight_counts_under_its_route():
+    """Requests a route's path matches with a method it does not serve (a preflight, a 405) count under the
+    route's template, not `other`."""
+    app, _ = layered()
+    assert middleware.route_of({"app": app, "type": "http", "method": "OPTIONS", "path": "/quick"}) == "/quick"
+    assert middleware.route_of({"app": app, "type": "http", "method": "POST", "path": "/nowhere"}) == "other"
