@@ -343,3 +343,41 @@ async def test_subscriptions_cancelled_past_the_pace_end_with_their_socket(datab
         assert live == 0, f"{live} subscriptions outlived their sockets"
     finally:
         server.stop()
+
+
+async def test_closing_a_session_fails_the_keys_of_the_loaders_it_stopped(database_url):
+    """An operation ends (its client gone) while a DataLoader's batch runs a statement, and a batch of another
+    loader awaits that one's keys: closing the session stops the statement and fails those keys with
+    SessionClosed, so whatever awaits them ends. (Cancelled, the batch left its keys pending: the batch awaiting
+    them waited until the collector destroyed it, logged as an error.)"""
+    from aiodataloader import DataLoader
+
+    from app.db.pool import Session, SessionClosed
+
+    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=2)
+    try:
+        session = Session.from_pool(pool)
+
+        async def slow(keys: list[int]) -> list[int]:
+            await session.fetch("SELECT pg_sleep(30)")
+            return keys
+
+        inner = DataLoader(slow, cache=False)
+
+        async def through(keys: list[int]) -> list[int]:  # as AcrossInstants' loaders under the per-instant ones
+            return await inner.load_many(keys)
+
+        waiting = asyncio.ensure_future(DataLoader(through, cache=False).load(1))
+        for _ in range(500):  # until the statement runs
+            await asyncio.sleep(0.01)
+            if session.statements:
+                break
+        assert session.statements == 1
+        await session.close()
+        with pytest.raises(SessionClosed):
+            await asyncio.wait_for(waiting, 20)
+        async with pool.acquire() as conn:  # the statement stopped in PostgreSQL, the connection back
+            assert await conn.fetchval("SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(30)' "
+                                       "AND state = 'active'") == 0
+    finally:
+        await pool.close()

@@ -192,6 +192,7 @@ class Session:
         self._lock = asyncio.Lock()
         self._closed = False
         self._working: set[asyncio.Task] = set()
+        self._stopped: set[asyncio.Task] = set()  # tasks close() cancelled in a statement
         self.statements = 0
         self.rows = 0  # rows the statements returned, plus work charged (app.cost.actual_units)
         # Set before execution when the query is known to need one statement: it then runs on its own
@@ -256,6 +257,13 @@ class Session:
                         raise StatementTimeout(f"statement ran past {self.statement_timeout_ms} ms") from None
                 self.rows += len(rows)
                 return rows
+        except asyncio.CancelledError:
+            if task is not None and task in self._stopped and task.uncancel() == 0:
+                # Stopped by close() alone (the operation is over): an error, as a statement asked for after the
+                # close gets, so a DataLoader's batch fails its keys (it lets a cancellation through and leaves
+                # them pending: whatever awaits them would wait until the collector destroyed it, logged).
+                raise SessionClosed("the request's database session closed while this statement ran") from None
+            raise
         finally:
             if task is not None:
                 self._working.discard(task)
@@ -268,6 +276,7 @@ class Session:
             return  # never took a connection (a subscription event answered from shared reads)
         current = asyncio.current_task()
         others = [t for t in self._working if t is not current and not t.done()]
+        self._stopped.update(others)
         for task in others:
             task.cancel()
         cleanup = asyncio.ensure_future(self._finish(others))
