@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import time
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 NEW_STYLE = re.compile(r"^\d{4}\.\d{4,5}\Z")
@@ -44,7 +44,7 @@ def parse_as_of(value: str | datetime) -> datetime:
                 _PARSED.clear()
             _PARSED[value] = found
         return found
-    if type(value) is datetime and value.tzinfo is timezone.utc and not value.microsecond:
+    if type(value) is datetime and value.tzinfo is UTC and not value.microsecond:
         return value  # already an instant as parsed here (a DateTime variable, coerced)
     return _parse_as_of(value)
 
@@ -56,7 +56,7 @@ def _parse_as_of(value: str | datetime) -> datetime:
         text = value.strip() if isinstance(value, str) else ""
         if DATE.match(text):  # a date picker's value: the day's first instant, in UTC
             try:
-                return datetime.fromisoformat(text).replace(tzinfo=timezone.utc)
+                return datetime.fromisoformat(text).replace(tzinfo=UTC)
             except ValueError:
                 raise BadInput(f"{value!r} is not a valid date; expected {AS_OF_RULE}") from None
         if not re.match(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}", text):
@@ -70,7 +70,7 @@ def _parse_as_of(value: str | datetime) -> datetime:
         raise BadInput(f"{value!r} has no time zone (a datetime-local value: in a browser, new Date(value)"
                        f".toISOString() gives the instant it means there); expected {AS_OF_RULE}")
     try:
-        return parsed.astimezone(timezone.utc).replace(microsecond=0)
+        return parsed.astimezone(UTC).replace(microsecond=0)
     except OverflowError:
         raise BadInput(f"{value!r} is out of range; expected {AS_OF_RULE}") from None
 
