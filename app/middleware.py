@@ -151,6 +151,8 @@ class RequestLayer:
                 await self.answers(response)(scope, receive, send_logged)
         finally:
             elapsed = time.monotonic() - started
+            if status == 0:  # answered by the server's protocol (a body too slow: app.protocol), or by no one
+                status = scope.get("pith.answered", 0)
             metrics.record_request(route_of(scope), status, elapsed)
             if access.isEnabledFor(logging.INFO):
                 client = facts.pop("client", None)
@@ -167,8 +169,12 @@ class RequestLayer:
         """The whole body, or None: the client left before it was in, or it is larger than the limit (answered
         413 here, charged to its client, with what its budget holds after it). A body declared larger is
         refused before any of it is read: its client, which may wait for `100 Continue` (sent by the server at
-        the first read), never sends it."""
-        if not (declared.isdigit() and int(declared) > self.max_body):
+        the first read), never sends it: that connection is closed after the 413 (`Connection: close`, as RFC
+        9110 asks of a server that answers before reading a request's whole body), its next request never taken
+        for the body. A body on its way is read on and dropped by the server (a close would reset the connection
+        under it, the 413 lost), within the time a body has (app.protocol)."""
+        unread = declared.isdigit() and int(declared) > self.max_body
+        if not unread:
             chunks: list[bytes] = []
             size = 0
             while True:
@@ -185,6 +191,8 @@ class RequestLayer:
         budget = await self.on_refused(scope) if self.on_refused is not None else []
         response = error_response(413, f"request body is larger than {self.max_body} bytes", scope.get("path"))
         response.raw_headers += budget
+        if unread and any(k == b"expect" and v.lower() == b"100-continue" for k, v in scope["headers"]):
+            response.raw_headers.append((b"connection", b"close"))
         await self.answers(response)(scope, receive, send)
         return None
 

@@ -96,6 +96,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._in_head = True  # the next bytes belong to a request's head
         self._heads_done = 0  # heads completed on this connection
         self._too_large = False
+        self._begun = False  # a request's first byte has arrived and its last has not
         self._timer: asyncio.TimerHandle | None = None  # the head's or the body's deadline
         self._due: float | None = None  # the deadline a message still being read needs, armed once its chunk is read
         self._peer: str | None = None  # the untrusted address this connection is counted against
@@ -104,9 +105,11 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     # --- timeouts: a head must arrive within HEAD_TIMEOUT_SECONDS of its first byte (or of the connection
     # opening), a body within BODY_TIMEOUT_SECONDS of its head; uvicorn's timeout_keep_alive bounds the
-    # idle time between requests. A slow client is closed, not kept (slowloris). The parser's callbacks only
-    # say which deadline applies; it is armed after the chunk that began it is read, and only when the
-    # message is still incomplete then: a request that arrives whole (most do) sets no timer at all.
+    # idle time between requests. A slow client is closed, not kept (slowloris): a request begun and not
+    # answered is told so first (408, as RFC 9110 says, with `Connection: close`), a connection that sent
+    # nothing is closed without a word. The parser's callbacks only say which deadline applies; it is armed
+    # after the chunk that began it is read, and only when the message is still incomplete then: a request
+    # that arrives whole (most do) sets no timer at all.
     def _arm(self, seconds: float) -> None:
         self._disarm()
         self._timer = self.loop.call_later(seconds, self._too_slow)
@@ -118,9 +121,19 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def _too_slow(self) -> None:
         self._timer = None
-        if self.transport is not None and not self.transport.is_closing():
-            self.logger.debug("closed a connection whose request did not arrive in time")
-            self.transport.close()
+        if self.transport is None or self.transport.is_closing():
+            return
+        cycle = self.cycle
+        if self._begun and (self._in_head or cycle is None or not cycle.response_started):
+            # (a body still arriving whose request was answered already, a 413 or a preflight: closed alone)
+            if not self._in_head and cycle is not None:
+                cycle.scope["pith.answered"] = 408  # type: ignore[typeddict-unknown-key]  # its access line's status
+            self._refuse(408, "the request did not arrive in time: its line and headers are allowed "
+                              f"{HEAD_TIMEOUT_SECONDS:g} s from their first byte, its body {BODY_TIMEOUT_SECONDS:g} s "
+                              "from the end of its headers", "REQUEST_TIMEOUT")
+            return
+        self.logger.debug("closed a connection whose request did not arrive in time")
+        self.transport.close()
 
     def handle_websocket_upgrade(self) -> None:
         # The WebSocket protocol takes the connection over (its pings bound it, and the per-client WebSocket
@@ -206,7 +219,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             raise HeadersTooLarge  # httptools stops parsing; data_received answers (send_400_response)
 
     def on_message_begin(self) -> None:
-        self._head, self._origin = 0, None
+        self._head, self._origin, self._begun = 0, None, True
         self._due = HEAD_TIMEOUT_SECONDS
         super().on_message_begin()
 
@@ -246,7 +259,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().on_response_complete()
 
     def on_message_complete(self) -> None:
-        self._in_head = True  # what follows on this connection is the next request's head
+        self._in_head, self._begun = True, False  # what follows on this connection is the next request's head
         self._due = None
         self._disarm()  # read: answering is the handler's (its deadline), idling uvicorn's keep-alive
         super().on_message_complete()
@@ -271,26 +284,33 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def send_400_response(self, msg: str) -> None:
         """A request the parser refused (uvicorn answers it in plain text: "Invalid HTTP request received."), or a
-        head past its bound (431), answered in the GraphQL error shape every other refusal has, with a request id
-        and, for a page of an allowed origin whose Origin came before the fault, the CORS fields to read it."""
-        rid = os.urandom(16).hex()
+        head past its bound (431), answered in the GraphQL error shape every other refusal has (_refuse)."""
         if self._too_large:
-            status, code = b"431 Request Header Fields Too Large", "REQUEST_HEADER_FIELDS_TOO_LARGE"
-            message = f"the request line and headers are larger than {self.limit} bytes"
-            self.logger.warning("refused a request whose headers are larger than %d bytes (request id %s)",
-                                self.limit, rid)
+            self._refuse(431, f"the request line and headers are larger than {self.limit} bytes",
+                         "REQUEST_HEADER_FIELDS_TOO_LARGE")
         else:
-            status, code = b"400 Bad Request", "BAD_REQUEST"
-            message = (f"{msg.rstrip('.').lower()}: not an HTTP/1.1 request this server reads (RFC 9112: a method "
-                       "of letters, header names of token characters, values of visible characters); the connection "
-                       "is closed")
+            self._refuse(400, f"{msg.rstrip('.').lower()}: not an HTTP/1.1 request this server reads (RFC 9112: a "
+                              "method of letters, header names of token characters, values of visible characters); "
+                              "the connection is closed", "BAD_REQUEST")
+
+    def _refuse(self, status: int, message: str, code: str) -> None:
+        """A request refused before the application has it whole (a head the parser refused, a head past its bound,
+        a request too slow to arrive), answered in the GraphQL error shape every other refusal has, with a request
+        id and, for a page of an allowed origin whose Origin came before the fault, the CORS fields to read it;
+        then the connection is closed (what else it carries is never read)."""
+        rid = os.urandom(16).hex()
+        if status != 400:
+            self.logger.warning("refused a request (%d %s, request id %s)", status, code, rid)
         body = json.dumps({"errors": [{"message": message, "extensions": {"code": code, "requestId": rid}}]},
                           separators=(",", ":")).encode()
         fields = b"".join(name + b": " + value + b"\r\n" for name, value in refusal_headers(self._origin))
-        self.transport.write(b"HTTP/1.1 " + status + b"\r\ncontent-type: application/json; charset=utf-8\r\n"
-                             b"content-length: " + str(len(body)).encode() + b"\r\nx-request-id: " + rid.encode()
-                             + b"\r\n" + fields + b"connection: close\r\n\r\n" + body)
+        self.transport.write(b"HTTP/1.1 " + _STATUS_LINES[status] + b"\r\ncontent-type: application/json; "
+                             b"charset=utf-8\r\ncontent-length: " + str(len(body)).encode() + b"\r\nx-request-id: "
+                             + rid.encode() + b"\r\n" + fields + b"connection: close\r\n\r\n" + body)
         self.transport.close()
+
+
+_STATUS_LINES = {400: b"400 Bad Request", 408: b"408 Request Timeout", 431: b"431 Request Header Fields Too Large"}
 
 
 def _stopping() -> None:

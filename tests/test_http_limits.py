@@ -81,6 +81,23 @@ async def test_a_body_up_to_the_documented_limit_is_accepted_in_one_write_or_man
         await writer.drain()
         status, body = await read_response(reader)
         assert status == 413 and json.loads(body)["errors"][0]["extensions"]["code"] == "PAYLOAD_TOO_LARGE", body
+        # ... and the connection is closed after it, well before the time a body has (the client never sends the
+        # body; a request it sent next on this connection would be read as that body).
+        from app.limits import BODY_TIMEOUT_SECONDS
+
+        assert await asyncio.wait_for(reader.read(1000), BODY_TIMEOUT_SECONDS / 3) == b""
+    finally:
+        writer.close()
+    # A body declared past the limit and sent all the same (no Expect): the 413 on a connection that stays
+    # open, the body read on and dropped, so that the client reads its answer (a close under a body still
+    # arriving resets the connection) and its next request is answered.
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    try:
+        writer.write(post(padded(MAX_BODY_BYTES + 50_000)) + post(padded(1_000)))
+        await writer.drain()
+        assert (await read_response(reader))[0] == 413
+        status, body = await read_response(reader)
+        assert status == 200 and json.loads(body)["data"]["paper"]["arxivId"] == "2402.15627", body[:300]
     finally:
         writer.close()
 
@@ -209,19 +226,22 @@ async def test_a_path_cannot_add_fields_to_a_text_access_line(server):
 
 
 async def test_slow_and_idle_sockets_are_closed_and_websockets_are_not(server):
-    """A head that never ends and a socket that sends nothing are closed after HEAD_TIMEOUT_SECONDS (the
-    wait is bounded, never measured); a WebSocket idle as long stays open."""
+    """A head that never ends, and a body that never ends, are answered 408 in the GraphQL error shape (with
+    `Connection: close`, a request id, and the CORS fields for a page of an allowed origin) and closed after
+    HEAD_TIMEOUT_SECONDS / BODY_TIMEOUT_SECONDS; a socket that sends nothing is closed without a word; a
+    WebSocket idle as long stays open. (The waits are bounded, never measured.)"""
     import websockets
 
-    from app.limits import HEAD_TIMEOUT_SECONDS
+    from app.limits import BODY_TIMEOUT_SECONDS, HEAD_TIMEOUT_SECONDS
 
-    async def closed_by_server(first: bytes) -> bool:
+    async def answered(first: bytes) -> bytes:
+        """All the server sends before it closes the connection."""
         reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
         try:
             if first:
                 writer.write(first)
                 await writer.drain()
-            return await asyncio.wait_for(reader.read(1000), HEAD_TIMEOUT_SECONDS * 3) == b""
+            return await asyncio.wait_for(reader.read(), max(HEAD_TIMEOUT_SECONDS, BODY_TIMEOUT_SECONDS) * 3)
         finally:
             writer.close()
 
@@ -232,10 +252,22 @@ async def test_slow_and_idle_sockets_are_closed_and_websockets_are_not(server):
             await ws.send(json.dumps({"type": "connection_init"}))
             return json.loads(await asyncio.wait_for(ws.recv(), 10))["type"] == "connection_ack"
 
+    before = server.logs()
     idle, slow, body, ws = await asyncio.gather(
-        closed_by_server(b""), closed_by_server(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: "),
-        closed_by_server(post(b"{" + b" " * 10)[:-5]), websocket_outlives_the_timeout())
-    assert idle and slow and body and ws
+        answered(b""), answered(b"GET /healthz HTTP/1.1\r\nHost: x\r\nOrigin: " + APP.encode() + b"\r\nX-Slow: "),
+        answered(post(b"{" + b" " * 10, b"Origin: " + APP.encode() + b"\r\n")[:-5]), websocket_outlives_the_timeout())
+    assert idle == b"" and ws
+    for answer in (slow, body):
+        head, _, content = answer.partition(b"\r\n\r\n")
+        fields = head.lower()
+        assert head.startswith(b"HTTP/1.1 408 "), answer[:400]
+        assert b"\r\nconnection: close" in fields and b"\r\nx-request-id: " in fields, answer[:400]
+        assert b"\r\naccess-control-allow-origin: " + APP.encode() in fields, answer[:400]
+        error = json.loads(content)["errors"][0]
+        assert error["extensions"]["code"] == "REQUEST_TIMEOUT" and "s from" in error["message"], error
+    # The body's request was the application's: its access line says how it ended.
+    logged = server.logs()[len(before):]
+    assert any("pith.access" in line and "POST /graphql 408" in line for line in logged.splitlines()), logged[-2000:]
 
 
 async def test_past_its_connection_limit_a_worker_answers_503_with_retry_after(database_url):
