@@ -25,6 +25,8 @@ log = logging.getLogger("pith.http")
 access = logging.getLogger("pith.access")
 
 _SANE_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+# What uvicorn's Server.shutdown cancels the requests still running past timeout_graceful_shutdown with.
+SERVER_STOP = "Task cancelled, timeout graceful shutdown exceeded"
 
 
 class RequestLayer:
@@ -129,7 +131,7 @@ class RequestLayer:
                 await self.app(scope, replay, send_logged)
             finally:
                 watch.stop()
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as exc:
             if watch is not None and watch.left and watch.task.uncancel() == 0:  # by the watch alone: the client left
                 log.info("client went away: cancelled %s %s", scope.get("method"), scope.get("path"))
                 return
@@ -141,6 +143,11 @@ class RequestLayer:
                     await self.answers(error_response(
                         503, "the server is shutting down and stopped this request before it was answered; "
                              "retry (another server answers)", scope.get("path")))(scope, inner, send_logged)
+            if exc.args == (SERVER_STOP,) and status:  # uvicorn's own stop, answered: over, as far as it goes
+                log.warning("stopped at shutdown, past the grace: %s %s answered %d", scope["method"], scope["path"],
+                            status)  # (uvicorn logs a task that ends cancelled as an error in the application)
+                asyncio.current_task().uncancel()  # type: ignore[union-attr]
+                return
             raise
         except Exception as exc:  # noqa: BLE001 - the one place an unexpected error is logged and answered
             log.error("unhandled error on %s %s", scope["method"], scope["path"], exc_info=exc)

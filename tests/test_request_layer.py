@@ -186,6 +186,37 @@ def test_a_request_stopped_at_shutdown_while_its_body_arrives_is_told_so_in_json
     assert b"shutting down" in sent[1]["body"], sent
 
 
+def test_a_request_uvicorn_stops_at_shutdown_ends_answered_not_as_an_error_of_the_application():
+    """uvicorn cancels the requests still running past its grace with a message of its own, and logs a request
+    task that ends cancelled as an application error, traceback and all: the layer's 503 answers it, and the
+    request ends there. Any other cancellation of the request goes on up (asserted above)."""
+    from app.middleware import SERVER_STOP
+
+    app, _ = layered()
+
+    async def run() -> tuple[list[dict], bool]:
+        sent: list[dict] = []
+        request_started = asyncio.Event()
+
+        async def receive() -> dict:
+            request_started.set()
+            await asyncio.Event().wait()  # the body never completes
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict) -> None:
+            sent.append(message)
+
+        request = asyncio.ensure_future(app(scope("/quick"), receive, send))
+        await request_started.wait()
+        request.cancel(msg=SERVER_STOP)
+        await request  # (raises if the cancellation went on up)
+        return sent, request.cancelling() == 0
+
+    sent, uncancelled = asyncio.run(run())
+    assert sent[0]["status"] == 503 and b"shutting down" in sent[1]["body"], sent
+    assert uncancelled
+
+
 def test_a_preflight_counts_under_its_route():
     """Requests a route's path matches with a method it does not serve (a preflight, a 405) count under the
     route's template, not `other`."""
