@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import operator
+import warnings
 from typing import Any, Callable
 
 from graphql import ExecutionResult, GraphQLObjectType, is_leaf_type, is_non_null_type
@@ -22,6 +23,15 @@ from graphql.pyutils import Undefined as _UNDEFINED
 from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
 
 from loaders.base import Turns
+
+# An operation cancelled (its client gone, its deadline, the server's stop) can cancel a task of the execution before
+# its first step: the coroutine the task was to run is closed unstarted, and the execution's coroutines it held (a
+# field's resolver, a list's items, a selection's fields) are dropped unstarted too, each logged by Python as
+# "coroutine ... was never awaited" (graphql-core's gather_with_cancel, graphql-core#217). None of them ran, so
+# nothing is lost: what is said of them is silenced, for the execution's own coroutines alone.
+warnings.filterwarnings(
+    "ignore", r"coroutine '(Executor|DirectExecutionContext|CompiledExecutionContext|GraphQLCoreConverter)\.[\w.<>]+' "
+              r"was never awaited", RuntimeWarning)
 
 _NOT_PLAIN = object()
 LONG_LIST = 50  # lists longer than this complete in stretches (app.limits.STRETCH_SECONDS)

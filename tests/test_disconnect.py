@@ -281,3 +281,51 @@ async def test_only_responses_cut_short_are_logged_as_disconnects(live):
     while live.logs().count("client went away") < before + 2 and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
     assert live.logs().count("client went away") == before + 2, live.logs()[-2000:]
+
+
+async def test_operations_dropped_mid_execution_leave_no_unawaited_coroutine_said(admin_url):
+    """Clients that leave while their operation executes (its fields' resolvers and lists under way) cancel it;
+    the execution's coroutines that a cancelled task held unstarted are dropped without a RuntimeWarning each
+    ("coroutine ... was never awaited"), which an operator would read as a fault: none of them ran."""
+    from tests.conftest import drop_database, most_cited, synthetic_database
+
+    url = await synthetic_database(admin_url, "pith_test_dropped", 2000, 7)
+    server = LiveServer(url)
+    try:
+        hub = await most_cited(url)
+        async with asyncpg.create_pool(url, min_size=1, max_size=1) as pool:  # the most cited: long pages
+            cited = [r[0] for r in await pool.fetch(
+                "SELECT cited_arxiv_id FROM citation_observations WHERE cited_arxiv_id IS NOT NULL "
+                "GROUP BY 1 ORDER BY count(*) DESC LIMIT 40")]
+        query = ("query($id: String!) { paper(arxivId: $id) { title inbound(first: 100) { totalCount edges { node {"
+                 " referenceIndex citingPaper { arxivId title outbound(first: 20) { edges { node { resolution { status }"
+                 " citedPaper { title } citedWork { title } } } } } resolution { status observedAt }"
+                 " standingNotice { state } } } } } }")
+        body = json.dumps({"query": query, "variables": {"id": hub}}).encode()
+        async with httpx.AsyncClient(base_url=server.base, timeout=30) as client:
+            started = time.perf_counter()
+            answered = await client.post("/graphql", content=body, headers={"Content-Type": "application/json"})
+            whole = time.perf_counter() - started
+        assert answered.status_code == 200 and "errors" not in answered.json(), answered.text[:300]
+        rng = random.Random(5)
+
+        async def left(after: float) -> None:
+            body = json.dumps({"query": query, "variables": {"id": rng.choice(cited)}}).encode()
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(b"POST /graphql HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
+                         + str(len(body)).encode() + b"\r\n\r\n" + body)
+            await writer.drain()
+            await asyncio.sleep(after)
+            writer.transport.abort()
+
+        # Left at moments spread over a whole answer's time (past the watch's start, and past the answer: some are
+        # answered), 240 clients, 8 at once.
+        for _ in range(30):
+            await asyncio.gather(*(left(rng.uniform(0.05, max(0.2, 1.5 * whole))) for _ in range(8)))
+        await asyncio.sleep(1)
+        logs = server.logs()
+        assert logs.count("client went away") >= 20, logs[-2000:]  # (the operations were cancelled mid-way)
+        assert "never awaited" not in logs, logs[-3000:]
+    finally:
+        server.stop()
+        await drop_database(admin_url, url)
