@@ -135,11 +135,17 @@ def operation_label(name: str | None) -> str:
     return _names.label(re.sub(r"\s", " ", name[:100]))
 
 
+CANCELLED = "CANCELLED"  # (no error's code: an operation stopped unanswered, app.pipeline.RequestPipeline)
+
+
 def outcome(codes: Iterable[str | None]) -> str:
-    """ok, a refusal reason, invalid (the request was refused as written), or error (field errors)."""
+    """ok, a refusal reason, invalid (the request was refused as written), error (field errors), or cancelled
+    (stopped before its answer: its client left, or the server stopped it)."""
     codes = set(codes)
     if not codes:
         return "ok"
+    if CANCELLED in codes:
+        return "cancelled"
     for code, reason in REASONS.items():
         if code in codes:
             return reason

@@ -360,6 +360,21 @@ class OperationSession(SchemaExtension):
                         await asyncio.shield(closing)
 
 
+def stopped_codes() -> list[str | None]:
+    """What an operation stopped unanswered ended in, for its access line and counters (every path that runs one):
+    TIMEOUT when its request's deadline has passed (the transport's bound answers 504), else CANCELLED (its client
+    left, or the server stopped it)."""
+    return ["TIMEOUT"] if _stopped_at_its_deadline() else [metrics.CANCELLED]
+
+
+def _subscription(ctx: Any) -> bool:
+    """Whether an operation is a subscription (its document read, its operation found)."""
+    try:
+        return ctx.graphql_document is not None and ctx.operation_type.value == OperationType.SUBSCRIPTION.value
+    except Exception:  # noqa: BLE001 - no such operation in its document: not one
+        return False
+
+
 def _stopped_at_its_deadline() -> bool:
     """Whether this task is being cancelled past its request's deadline (the transport's bound answering
     TIMEOUT), rather than for its client leaving."""
@@ -398,16 +413,20 @@ class RequestPipeline(SchemaExtension):
         ctx.parse_options["max_tokens"] = self.max_tokens
         ctx.validation_rules = ctx.validation_rules + self.rules
         started = time.monotonic()
+        cancelled = False
         try:
             yield
+        except asyncio.CancelledError:
+            cancelled = True
+            raise
         finally:  # however it ends: a stream whose first result is an error is closed at that result
             context = ctx.context
             result = ctx.result
             errors = list(getattr(result, "errors", None) or ()) or list(ctx.pre_execution_errors or ())
             ticket = getattr(context, "ticket", None)
             codes = [masked(e, 0).extensions.get("code") for e in errors]
-            if result is None and not codes and _stopped_at_its_deadline():
-                codes = ["TIMEOUT"]  # (cancelled by the view's bound: its 504 is this operation's outcome)
+            if result is None and not codes and (_stopped_at_its_deadline() or cancelled and not _subscription(ctx)):
+                codes = stopped_codes()  # (a subscription its client ends ends as it should: ok)
             if ticket is None and "RATE_LIMITED" not in codes:
                 await self.charge_refused()  # refused otherwise (an operation type this transport does not carry)
             report(ctx.operation_name, codes, getattr(getattr(context, "session", None), "statements", 0),

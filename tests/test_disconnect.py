@@ -286,7 +286,8 @@ async def test_only_responses_cut_short_are_logged_as_disconnects(live):
 async def test_operations_dropped_mid_execution_leave_no_unawaited_coroutine_said(admin_url):
     """Clients that leave while their operation executes (its fields' resolvers and lists under way) cancel it;
     the execution's coroutines that a cancelled task held unstarted are dropped without a RuntimeWarning each
-    ("coroutine ... was never awaited"), which an operator would read as a fault: none of them ran."""
+    ("coroutine ... was never awaited"), which an operator would read as a fault: none of them ran. The
+    operation's access line says it was cancelled."""
     from tests.conftest import drop_database, most_cited, synthetic_database
 
     url = await synthetic_database(admin_url, "pith_test_dropped", 2000, 7)
@@ -326,6 +327,53 @@ async def test_operations_dropped_mid_execution_leave_no_unawaited_coroutine_sai
         logs = server.logs()
         assert logs.count("client went away") >= 20, logs[-2000:]  # (the operations were cancelled mid-way)
         assert "never awaited" not in logs, logs[-3000:]
+        # An operation stopped unanswered says so on its access line (and in the operations' counter), not `ok`.
+        stopped = [line for line in logs.splitlines() if "pith.access" in line and "POST /graphql 0 " in line]
+        assert stopped and not [line for line in stopped if "outcome=ok" in line and "statements=0" in line], \
+            "\n".join(stopped[:10])
+        assert sum("outcome=cancelled" in line for line in stopped) >= 10, "\n".join(stopped[:10])
     finally:
         server.stop()
         await drop_database(admin_url, url)
+
+
+async def test_a_planned_lookup_whose_client_leaves_is_told_as_cancelled(database_url):
+    """A document answered from its plan (one statement, app.graphql.plan) and stopped unanswered, its client gone
+    while its statement waits, is told as the pipeline tells any operation so stopped: an access line and a count
+    with the outcome `cancelled`."""
+    server = LiveServer(database_url, env={"PITH_REQUEST_TIMEOUT": "30", "PITH_STATEMENT_TIMEOUT_MS": "30000"})
+    locker = await asyncpg.connect(database_url)
+    try:
+        body = json.dumps({"query": "query Planned($id: String!) { paper(arxivId: $id) { title } }",
+                           "variables": {"id": PAPER}}).encode()
+        async with httpx.AsyncClient(base_url=server.base, timeout=30) as client:
+            for _ in range(3):  # answered by the pipeline, which plans it; then by its plan
+                answered = await client.post("/graphql", content=body, headers={"Content-Type": "application/json"})
+                assert answered.status_code == 200 and answered.json()["data"]["paper"]["title"], answered.text
+            planned = (await client.get("/metrics")).text
+        assert "pith_prepared_path_answers_total 1.0" in planned or "pith_prepared_path_answers_total 2.0" in planned
+        transaction = locker.transaction()
+        await transaction.start()
+        await locker.execute("LOCK TABLE paper_snapshots IN ACCESS EXCLUSIVE MODE")  # its statement waits on it
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(b"POST /graphql HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
+                     + str(len(body)).encode() + b"\r\n\r\n" + body)
+        await writer.drain()
+        for _ in range(100):  # until its statement waits on the lock
+            if await locker.fetchval("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pith-graph' "
+                                     "AND wait_event_type = 'Lock' AND datname = current_database()"):
+                break
+            await asyncio.sleep(0.05)
+        writer.transport.abort()
+        deadline = time.monotonic() + 10
+        while "operation=Planned outcome=cancelled" not in server.logs() and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        await transaction.rollback()
+        line = next((line for line in server.logs().splitlines() if "outcome=cancelled" in line), None)
+        assert line is not None and "POST /graphql 0 " in line and "statements=1" in line, server.logs()[-2000:]
+        async with httpx.AsyncClient(base_url=server.base, timeout=30) as client:
+            counted = (await client.get("/metrics")).text
+        assert 'pith_graphql_operations_total{operation="Planned",outcome="cancelled"} 1.0' in counted, counted[-3000:]
+    finally:
+        await locker.close()
+        server.stop()

@@ -22,6 +22,7 @@ the statement timeout and its connection is released when it ends).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -43,7 +44,7 @@ from app.db.pool import ACQUIRE_SECONDS, DeadlinePassed, StatementTimeout, acqui
 from app.errors import busy_error, deadline_error
 from app.governor import Client, RateLimited, Unauthenticated
 from app.limits import MAX_TOKENS, MAX_VARIABLES_BYTES
-from app.pipeline import charge_refusal, cost_extension, masked, report, settle
+from app.pipeline import charge_refusal, cost_extension, masked, report, settle, stopped_codes
 from app.timeparse import answered_as_of, is_pinned, now_as_of
 
 _MAX_PLANS = 1024
@@ -212,8 +213,10 @@ async def answered(state: State, request: Request, client: Client) -> Response |
         error = located_error(exc, [compiled.field], [compiled.response_key])
         state.schema.process_errors([error])
         result = ExecutionResult(data={compiled.response_key: None}, errors=[error])
-    except BaseException:  # cancelled (the client left, the server stops): its slots and light work end too
+    except BaseException as exc:  # cancelled (the client left, the server stops): its slots and light work end too
         governor.settle(ticket, None)
+        if isinstance(exc, asyncio.CancelledError):  # told as the pipeline tells an operation stopped unanswered
+            report(operation, stopped_codes(), statements, None, ticket.points, time.monotonic() - started)
         raise
     actual = actual_units(result.data, len(rows) if rows is not None else 0, statements)
     settle(governor, ticket, actual)
