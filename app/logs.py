@@ -12,6 +12,8 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
+import os
+import re
 import sys
 from datetime import datetime, timezone
 from typing import Any
@@ -21,6 +23,16 @@ from app.limits import WORKER_HEALTHCHECK_SECONDS
 request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
 # What the layers below the access log learn about the request (client, operation, cost), for its line.
 request_facts: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("request_facts", default=None)
+
+_SANE_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+
+
+def chosen_request_id(given: str) -> str:
+    """A request's id: the client's X-Request-ID when it is a sane token (ASCII letters, digits and - _ . :, at most
+    64), else one made here. Every answer and log line of the request carries it, whoever answers (the request's
+    layer, app.middleware, or the server's protocol for a request refused before the application has it whole)."""
+    return given if given and _SANE_ID.fullmatch(given) else os.urandom(16).hex()
+
 
 ACCESS_FIELDS = ("client", "key", "method", "path", "status", "duration_ms", "bytes", "operation", "outcome", "cost",
                  "points", "statements")

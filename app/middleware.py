@@ -7,8 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import re
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -19,12 +17,11 @@ from app import metrics
 from app.db.pool import request_deadline
 from app.http import error_response
 from app.limits import MAX_BODY_BYTES
-from app.logs import request_facts, request_id
+from app.logs import chosen_request_id, request_facts, request_id
 
 log = logging.getLogger("pith.http")
 access = logging.getLogger("pith.access")
 
-_SANE_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 # What uvicorn's Server.shutdown cancels the requests still running past timeout_graceful_shutdown with.
 SERVER_STOP = "Task cancelled, timeout graceful shutdown exceeded"
 
@@ -65,8 +62,7 @@ class RequestLayer:
                 keyed = True
             elif name == b"content-length":
                 declared = value
-        # Yours when it is a sane token (ASCII letters, digits and - _ . :, at most 64), else one made here.
-        rid = given if given and _SANE_ID.fullmatch(given) else os.urandom(16).hex()
+        rid = chosen_request_id(given)
         token = request_id.set(rid)
         if self.traced:
             from app.tracing import current_span_ids
@@ -89,6 +85,7 @@ class RequestLayer:
             request_deadline.set(asyncio.get_running_loop().time() + self.deadline_seconds)
         facts: dict[str, Any] = dict(span_ids)
         facts_token = request_facts.set(facts)
+        scope["pith.request_id"] = rid  # (the server's protocol answers a body too slow to arrive with it)
         rid_header = (b"x-request-id", rid.encode())
 
         async def send_logged(message: Message) -> None:
@@ -158,8 +155,8 @@ class RequestLayer:
                 await self.answers(response)(scope, receive, send_logged)
         finally:
             elapsed = time.monotonic() - started
-            if status == 0:  # answered by the server's protocol (a body too slow: app.protocol), or by no one
-                status = scope.get("pith.answered", 0)
+            if status == 0 and "pith.answered" in scope:  # by the server's protocol (a body too slow: app.protocol)
+                status, sent = scope["pith.answered"]
             metrics.record_request(route_of(scope), status, elapsed)
             if access.isEnabledFor(logging.INFO):
                 client = facts.pop("client", None)

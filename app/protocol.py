@@ -31,6 +31,7 @@ from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIO
 from app import metrics
 from app.cors import refusal_headers
 from app.limits import BODY_TIMEOUT_SECONDS, HEAD_TIMEOUT_SECONDS, MAX_HEADER_BYTES, RETRY_AFTER_SECONDS
+from app.logs import chosen_request_id
 
 
 async def service_unavailable(scope: Any, receive: Any, send: Any) -> None:
@@ -86,6 +87,10 @@ class HeadersTooLarge(Exception):
     pass
 
 
+class BadHost(Exception):
+    pass
+
+
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
     limit = MAX_HEADER_BYTES
 
@@ -100,7 +105,11 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._timer: asyncio.TimerHandle | None = None  # the head's or the body's deadline
         self._due: float | None = None  # the deadline a message still being read needs, armed once its chunk is read
         self._peer: str | None = None  # the untrusted address this connection is counted against
-        self._origin: bytes | None = None  # the request's Origin, for a 431's CORS fields
+        self._origin: bytes | None = None  # the request's Origin, for a refusal's CORS fields
+        self._given_id = ""  # the request's X-Request-ID, for a refusal's request id
+        self._hosts = 0  # the request's Host header lines
+        self._fault: str | None = None  # why this protocol refused the request's head (None: the parser did)
+        self._refused = False  # answered and closing: nothing more is read
         self._idle_since = 0.0  # when the connection opened, or its last response was sent
 
     # --- timeouts: a head must arrive within HEAD_TIMEOUT_SECONDS of its first byte (or of the connection
@@ -126,8 +135,6 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         cycle = self.cycle
         if self._begun and (self._in_head or cycle is None or not cycle.response_started):
             # (a body still arriving whose request was answered already, a 413 or a preflight: closed alone)
-            if not self._in_head and cycle is not None:
-                cycle.scope["pith.answered"] = 408  # type: ignore[typeddict-unknown-key]  # its access line's status
             self._refuse(408, "the request did not arrive in time: its line and headers are allowed "
                               f"{HEAD_TIMEOUT_SECONDS:g} s from their first byte, its body {BODY_TIMEOUT_SECONDS:g} s "
                               "from the end of its headers", "REQUEST_TIMEOUT")
@@ -219,7 +226,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             raise HeadersTooLarge  # httptools stops parsing; data_received answers (send_400_response)
 
     def on_message_begin(self) -> None:
-        self._head, self._origin, self._begun = 0, None, True
+        self._head, self._origin, self._given_id, self._hosts, self._begun = 0, None, "", 0, True
         self._due = HEAD_TIMEOUT_SECONDS
         super().on_message_begin()
 
@@ -230,10 +237,20 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         if len(name) == 6 and name.lower() == b"origin":
             self._origin = value
+        elif len(name) == 12 and name.lower() == b"x-request-id":
+            self._given_id = value.decode("latin-1")
+        elif len(name) == 4 and name.lower() == b"host":
+            self._hosts += 1
         self._count(len(name) + len(value) + 4)
         super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
+        if self._hosts != 1 and (self._hosts or self.parser.get_http_version() != "1.0"):
+            # RFC 9112, section 3.2: a request of HTTP/1.1 without a Host, or any request with more than one, is
+            # 400 (two could name two hosts to two readers of one request: a proxy and this server).
+            self._fault = (f"an HTTP/1.1 request names its host in one Host header (RFC 9112, section 3.2); this one "
+                           f"has {self._hosts or 'none'}; the connection is closed")
+            raise BadHost  # httptools stops parsing; data_received answers (send_400_response)
         self._in_head, self._raw = False, 0
         self._heads_done += 1
         self._due = BODY_TIMEOUT_SECONDS
@@ -265,14 +282,14 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().on_message_complete()
 
     def data_received(self, data: bytes) -> None:
-        if self._too_large:
+        if self._refused:
             return  # answered and closing: read nothing more
         in_head, heads = self._in_head, self._heads_done
         super().data_received(data)
         if self._due is not None:  # a message begun or its head completed in this chunk, and not yet whole
             self._arm(self._due)
             self._due = None
-        if in_head and self._in_head and heads == self._heads_done and not self._too_large:
+        if in_head and self._in_head and heads == self._heads_done and not self._refused:
             self._raw += len(data)
             if self._raw > self.limit:
                 self._too_large = True
@@ -288,6 +305,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if self._too_large:
             self._refuse(431, f"the request line and headers are larger than {self.limit} bytes",
                          "REQUEST_HEADER_FIELDS_TOO_LARGE")
+        elif self._fault is not None:
+            self._refuse(400, self._fault, "BAD_REQUEST")
         else:
             self._refuse(400, f"{msg.rstrip('.').lower()}: not an HTTP/1.1 request this server reads (RFC 9112: a "
                               "method of letters, header names of token characters, values of visible characters); "
@@ -298,15 +317,20 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         a request too slow to arrive), answered in the GraphQL error shape every other refusal has, with a request
         id and, for a page of an allowed origin whose Origin came before the fault, the CORS fields to read it;
         then the connection is closed (what else it carries is never read)."""
-        rid = os.urandom(16).hex()
-        if status != 400:
-            self.logger.warning("refused a request (%d %s, request id %s)", status, code, rid)
+        self._refused = True
+        cycle = None if self._in_head else self.cycle  # the application has the request (its body still arriving)
+        scope: Any = cycle.scope if cycle is not None else {}
+        rid = scope.get("pith.request_id") or chosen_request_id(self._given_id)  # the one its own lines carry
+        self.logger.warning("refused a request: %d %s (request id %s)", status, code, rid)
         body = json.dumps({"errors": [{"message": message, "extensions": {"code": code, "requestId": rid}}]},
                           separators=(",", ":")).encode()
         fields = b"".join(name + b": " + value + b"\r\n" for name, value in refusal_headers(self._origin))
-        self.transport.write(b"HTTP/1.1 " + _STATUS_LINES[status] + b"\r\ncontent-type: application/json; "
-                             b"charset=utf-8\r\ncontent-length: " + str(len(body)).encode() + b"\r\nx-request-id: "
-                             + rid.encode() + b"\r\n" + fields + b"connection: close\r\n\r\n" + body)
+        answer = (b"HTTP/1.1 " + _STATUS_LINES[status] + b"\r\ncontent-type: application/json; charset=utf-8\r\n"
+                  b"content-length: " + str(len(body)).encode() + b"\r\nx-request-id: " + rid.encode() + b"\r\n"
+                  + fields + b"connection: close\r\n\r\n" + body)
+        if cycle is not None:
+            scope["pith.answered"] = (status, len(body))  # for its access line (app.middleware)
+        self.transport.write(answer)
         self.transport.close()
 
 

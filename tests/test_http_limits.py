@@ -253,11 +253,15 @@ async def test_slow_and_idle_sockets_are_closed_and_websockets_are_not(server):
             return json.loads(await asyncio.wait_for(ws.recv(), 10))["type"] == "connection_ack"
 
     before = server.logs()
-    idle, slow, body, ws = await asyncio.gather(
-        answered(b""), answered(b"GET /healthz HTTP/1.1\r\nHost: x\r\nOrigin: " + APP.encode() + b"\r\nX-Slow: "),
-        answered(post(b"{" + b" " * 10, b"Origin: " + APP.encode() + b"\r\n")[:-5]), websocket_outlives_the_timeout())
+    origin = b"Origin: " + APP.encode() + b"\r\n"
+    idle, slow, body, own, ws = await asyncio.gather(
+        answered(b""), answered(b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + origin + b"X-Slow: "),
+        answered(post(b"{" + b" " * 10, origin)[:-5]),
+        answered(post(b"{" + b" " * 10, origin + b"X-Request-ID: slow-body-1\r\n")[:-5]),
+        websocket_outlives_the_timeout())
     assert idle == b"" and ws
-    for answer in (slow, body):
+    ids = []
+    for answer in (slow, body, own):
         head, _, content = answer.partition(b"\r\n\r\n")
         fields = head.lower()
         assert head.startswith(b"HTTP/1.1 408 "), answer[:400]
@@ -265,9 +269,13 @@ async def test_slow_and_idle_sockets_are_closed_and_websockets_are_not(server):
         assert b"\r\naccess-control-allow-origin: " + APP.encode() in fields, answer[:400]
         error = json.loads(content)["errors"][0]
         assert error["extensions"]["code"] == "REQUEST_TIMEOUT" and "s from" in error["message"], error
-    # The body's request was the application's: its access line says how it ended.
+        ids.append((error["extensions"]["requestId"], len(content)))
+    assert ids[2][0] == "slow-body-1"  # the client's own id, as on every other answer
+    # A body's request was the application's: its access line says how it ended, under the id its answer has.
     logged = server.logs()[len(before):]
-    assert any("pith.access" in line and "POST /graphql 408" in line for line in logged.splitlines()), logged[-2000:]
+    for rid, size in ids[1:]:
+        assert any(f"[{rid}] POST /graphql 408 " in line and f"bytes={size}" in line for line in logged.splitlines()
+                   if "pith.access" in line), logged[-2000:]
 
 
 async def test_past_its_connection_limit_a_worker_answers_503_with_retry_after(database_url):
@@ -534,6 +542,32 @@ async def test_a_request_the_parser_refuses_is_told_why_in_the_shape_of_every_re
         (error,) = json.loads(body)["errors"]
         assert error["extensions"]["code"] == "BAD_REQUEST" and error["extensions"]["requestId"], error
         assert "HTTP/1.1" in error["message"], error
+        # The id the client is told is in the server's log, to find what it refused and why.
+        assert f"(request id {error['extensions']['requestId']})" in server.logs(), server.logs()[-1500:]
+
+
+async def test_a_request_names_its_host_once(server):
+    """RFC 9112, section 3.2: an HTTP/1.1 request without a Host header, and any request with two, are answered 400
+    (two could name one host to a proxy and another to this server); HTTP/1.0 may leave it out."""
+    async def status_of(request: bytes) -> tuple[int, bytes]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        try:
+            writer.write(request)
+            await writer.drain()
+            return await read_response(reader)
+        finally:
+            writer.close()
+
+    for request, expected in ((b"GET /healthz HTTP/1.1\r\n\r\n", 400),
+                              (b"GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400),
+                              (b"GET /healthz HTTP/1.0\r\nHost: a\r\nhost: a\r\n\r\n", 400),
+                              (b"GET /healthz HTTP/1.0\r\n\r\n", 200),
+                              (b"GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n", 200)):
+        status, body = await status_of(request)
+        assert status == expected, (request, status, body)
+        if expected == 400:
+            error = json.loads(body)["errors"][0]
+            assert error["extensions"]["code"] == "BAD_REQUEST" and "Host header" in error["message"], error
 
 
 async def test_idle_sockets_from_many_addresses_yield_to_a_new_client_before_descriptors_run_out(database_url):
