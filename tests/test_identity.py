@@ -181,6 +181,65 @@ async def test_through_the_documented_nginx_a_client_cannot_name_its_own_address
         shutil.rmtree(folder, ignore_errors=True)
 
 
+@ASYNC
+async def test_the_documented_nginx_refuses_in_the_apis_shape_a_page_can_read(database_url):
+    """nginx's own refusals behind the documented block (a body past its limit, a head past its buffers, a
+    request it cannot parse, limit_req's 429) are JSON in the GraphQL error shape with a code and a request id,
+    a 429 with Retry-After, and the CORS fields for a page of an origin the block lists (the server's
+    PITH_CORS_ORIGINS): a page reads why it was refused, as it reads the server's own refusals."""
+    binary = nginx()
+    origin = "https://app.example.org"  # the origin the documented block lists
+    folder = Path(tempfile.mkdtemp(prefix="pith-nginx-"))
+    folder.chmod(0o755)
+    server = LiveServer(database_url, env={"PITH_TRUSTED_PROXIES": "127.0.0.1", "PITH_CORS_ORIGINS": origin,
+                                           "PITH_ANONYMOUS_POINTS_PER_HOUR": UNSPENDABLE})
+    port = free_port()
+    proxy = subprocess.Popen([binary, "-c", str(nginx_config(folder, server.port, port)), "-p", str(folder),
+                              "-e", str(folder / "e.log")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def refused(answer: httpx.Response, status: int, code: str) -> None:
+        assert answer.status_code == status, (answer.status_code, answer.text[:300])
+        assert answer.headers["content-type"].startswith("application/json"), answer.headers
+        assert answer.headers.get("access-control-allow-origin") == origin, answer.headers
+        (error,) = answer.json()["errors"]
+        assert error["extensions"]["code"] == code and error["extensions"]["requestId"], error
+
+    try:
+        base = f"http://127.0.0.1:{port}"
+        async with httpx.AsyncClient(base_url=base, timeout=10, headers={"origin": origin},
+                                     limits=httpx.Limits(max_connections=64)) as client:
+            for _ in range(50):
+                try:
+                    await client.get("/healthz")
+                    break
+                except httpx.TransportError:
+                    await asyncio.sleep(0.1)
+            refused(await client.post("/graphql", content=json.dumps({"query": QUERY}) + " " * 150_000,
+                                      headers={"content-type": "application/json"}), 413, "PAYLOAD_TOO_LARGE")
+            refused(await client.get("/graphql", headers={"x-big": "a" * 30_000}), 431,
+                    "REQUEST_HEADER_FIELDS_TOO_LARGE")
+            burst = await asyncio.gather(*(client.get("/healthz") for _ in range(300)))
+            limited = [answer for answer in burst if answer.status_code == 429]
+            assert limited, [answer.status_code for answer in burst]
+            for answer in limited:
+                refused(answer, 429, "RATE_LIMITED")
+                assert answer.headers["retry-after"] == "1", answer.headers
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            writer.write(b"GET / HTTP/1.1\r\nHost: x\r\nOrigin: " + origin.encode() + b"\r\nBad Header\r\n\r\n")
+            raw = await asyncio.wait_for(reader.read(), 10)
+        finally:
+            writer.close()
+        head, _, body = raw.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 400") and b"application/json" in head, raw[:400]
+        assert json.loads(body)["errors"][0]["extensions"]["code"] == "BAD_REQUEST", raw[:400]
+    finally:
+        proxy.terminate()
+        proxy.wait(10)
+        server.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 @pytest.fixture(scope="module")
 def small_budget(database_url):
     server = LiveServer(database_url, env={"PITH_ENV": "production", "PITH_TRUSTED_PROXIES": "127.0.0.1",
