@@ -132,6 +132,20 @@ class WorkerReplaced(logging.Filter):
         return False  # uvicorn's other INFO lines (start-up, shutdown) stay out, as at log level warning
 
 
+class StoppedPastGrace(logging.Filter):
+    """uvicorn says at ERROR that it cancels the requests still running past its shutdown grace: a stop that goes
+    as designed (each such request is answered 503, and told to retry, by app.middleware.RequestLayer), said as a
+    warning with what became of them, so that an alert on errors does not fire on a deploy."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.ERROR and record.msg == "Cancel %s running task(s), timeout graceful shutdown " \
+                                                             "exceeded":
+            record.msg = ("stopping: %s request(s) still running past the shutdown grace are stopped, each answered "
+                          "503 with Retry-After")
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
 def configure_logging(fmt: str = "text", verbose: bool = False) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(_RequestIdFilter())
@@ -143,3 +157,5 @@ def configure_logging(fmt: str = "text", verbose: bool = False) -> None:
     uvicorn_log = logging.getLogger("uvicorn.error")
     if not any(isinstance(f, WorkerReplaced) for f in uvicorn_log.filters):
         uvicorn_log.addFilter(WorkerReplaced())
+    if not any(isinstance(f, StoppedPastGrace) for f in uvicorn_log.filters):
+        uvicorn_log.addFilter(StoppedPastGrace())

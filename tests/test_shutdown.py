@@ -46,8 +46,10 @@ async def test_a_request_still_running_at_the_end_of_the_grace_is_answered_in_js
         server.stop()
     logs = server.logs()
     assert "POST /graphql 503" in logs, logs[-2000:]
-    # Answered, the request ended there: not logged as an error of the application, traceback and all.
+    # Answered, the request ended there: not logged as an error of the application, traceback and all; and the
+    # stop past the grace is a warning that says what became of the request, not an error.
     assert "Exception in ASGI application" not in logs and "Traceback" not in logs, logs[-3000:]
+    assert " ERROR " not in logs and "1 request(s) still running past the shutdown grace" in logs, logs[-3000:]
 
 
 async def test_sigterm_tells_every_subscriber_the_cursor_to_resume_from(database_url):
