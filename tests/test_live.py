@@ -681,6 +681,47 @@ async def test_subscriptions_are_priced_refused_over_the_limit_and_charged_per_e
         server.stop()
 
 
+async def test_a_subscription_refused_as_it_starts_costs_what_a_refused_query_costs(database_url):
+    """A subscription refused as it starts (an arXiv id that is not one) costs a refusal's point, as a query refused
+    for its argument does, over SSE and WebSockets: its start is admitted at an event's price (recordChanged reads the
+    record then), and a recordChanged refused so kept all of it (14 points)."""
+    from tests.test_governance import RATE, new_key, within_one_budget_hour
+
+    await within_one_budget_hour(60)
+    key = new_key(database_url, "refused-start", 10_000)
+    server = LiveServer(database_url)
+    ws_url = server.base.replace("http://", "ws://") + "/graphql"
+    try:
+        async with httpx.AsyncClient(base_url=server.base, timeout=30,
+                                     headers={"authorization": f"Bearer {key}"}) as client:
+            async def remaining() -> int:
+                return (await client.post("/graphql", json={"query": RATE})).json()["data"]["rateLimit"]["remaining"]
+
+            async def refused_over_sse(query: str) -> dict:
+                async with client.stream("POST", "/graphql", json={"query": query},
+                                         headers={"accept": "text/event-stream"}) as response:
+                    async for line in response.aiter_lines():
+                        if line.startswith("data:") and "errors" in line:
+                            return json.loads(line[5:])
+                raise AssertionError("no error")
+
+            async def refused_over_websocket(query: str) -> dict:
+                found = await _first_error_or_events(ws_url, "graphql-transport-ws", query,
+                                                     {"authorization": f"Bearer {key}"}, [])
+                assert found is not None
+                return found
+
+            for refused in (refused_over_sse, refused_over_websocket):
+                for query in ('subscription { recordChanged(arxivId: "nope") { contextDigest } }',
+                              'subscription { citationAdded(arxivId: "nope") { cursor } }'):
+                    before = await remaining()
+                    answer = await refused(query)
+                    assert answer["errors"][0]["extensions"]["code"] == "BAD_USER_INPUT", answer
+                    assert before - await remaining() <= 1 + 1, (refused, query, answer)  # its point, and RATE's
+    finally:
+        server.stop()
+
+
 async def test_a_replay_from_the_start_of_a_hubs_log_is_read_a_batch_at_a_time_and_loses_nothing(admin_url):
     """`after` the log's first position replays a hub's every citation. Read whole in one statement (tens of
     thousands of rows on a real hub, decoded on the event loop), a client that subscribed and left over and over

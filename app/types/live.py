@@ -107,10 +107,18 @@ def content_digest(document: dict[str, Any]) -> str:
     return hashlib.sha256(record.canonical_bytes(rest)).hexdigest()
 
 
-def _paper(value: str) -> str:
+def _paper(info: Info, value: str) -> str:
+    """The subscription's paper; an id that is not one refuses the subscription as it starts. Its start was admitted
+    at an event's price (app.pipeline: recordChanged reads the record then); refused before any of that work, all of
+    it but a refusal's point is given back, as a query refused for its argument costs a point."""
     try:
         return parse_arxiv_id(value)
     except BadInput as exc:
+        context = info.context
+        ticket, governor = getattr(context, "ticket", None), getattr(context, "governor", None)
+        if ticket is not None and governor is not None and ticket.points > 1:
+            governor.budgets.refund(ticket.client, ticket.points - 1)
+            ticket.points = 1
         raise SubscriptionError(f"arxivId: {exc}") from None
 
 
@@ -295,7 +303,7 @@ class Subscription:
                                                         node=node),
                                       previous_cursor=previous, total_count=total)
 
-        async for event in _in_session(info, _changes(info, "citation_added", _paper(arxiv_id), after), build):
+        async for event in _in_session(info, _changes(info, "citation_added", _paper(info, arxiv_id), after), build):
             yield event
 
     @strawberry.subscription(description=(
@@ -315,7 +323,7 @@ class Subscription:
                                         observation=CitationObservation.of(found, context.now, pinned=False), event=event,
                                         standing=ended is None, ended_at=ended)
 
-        async for event in _in_session(info, _changes(info, "standing_changed", _paper(arxiv_id), after), build):
+        async for event in _in_session(info, _changes(info, "standing_changed", _paper(info, arxiv_id), after), build):
             yield event
 
     @strawberry.subscription(description=(
@@ -323,7 +331,7 @@ class Subscription:
         "no change)."))
     async def record_changed(self, info: Info, arxiv_id: ArxivIdArg,
                              after: AfterArg = None) -> AsyncGenerator[RecordChangedEvent, None]:
-        paper = _paper(arxiv_id)
+        paper = _paper(info, arxiv_id)
         seen: dict[str, str | None] = {"content": None}
         if after is None:  # live only: compare with the record as the subscription starts
             document = await _document(info.context, paper, now_as_of())
