@@ -141,7 +141,7 @@ class StoppedPastGrace(logging.Filter):
         if record.levelno == logging.ERROR and record.msg == "Cancel %s running task(s), timeout graceful shutdown " \
                                                              "exceeded":
             record.msg = ("stopping: %s request(s) still running past the shutdown grace are stopped, each answered "
-                          "503 with Retry-After")
+                          "503 with Retry-After (a stream already begun is ended)")
             record.levelno, record.levelname = logging.WARNING, "WARNING"
         return True
 

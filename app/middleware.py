@@ -80,6 +80,7 @@ class RequestLayer:
         started = time.monotonic()
         status = 0
         sent = 0
+        complete = False  # the whole response went out
         watch: _Watch | None = None
         if self.deadline_seconds:
             request_deadline.set(asyncio.get_running_loop().time() + self.deadline_seconds)
@@ -89,12 +90,14 @@ class RequestLayer:
         rid_header = (b"x-request-id", rid.encode())
 
         async def send_logged(message: Message) -> None:
-            nonlocal status, sent
+            nonlocal status, sent, complete
             if message["type"] == "http.response.body":
                 sent += len(message.get("body", b""))
                 await send(message)
-                if watch is not None and not message.get("more_body", False):
-                    watch.finished = True
+                if not message.get("more_body", False):
+                    complete = True
+                    if watch is not None:
+                        watch.finished = True
                 return
             if message["type"] == "http.response.start":
                 status = message["status"]
@@ -141,6 +144,9 @@ class RequestLayer:
                         503, "the server is shutting down and stopped this request before it was answered; "
                              "retry (another server answers)", scope.get("path")))(scope, inner, send_logged)
             if exc.args == (SERVER_STOP,) and status:  # uvicorn's own stop, answered: over, as far as it goes
+                if not complete:  # a stream begun (a subscription still starting): ended where it stands, not cut
+                    with contextlib.suppress(Exception):
+                        await send_logged({"type": "http.response.body", "body": b"", "more_body": False})
                 log.warning("stopped at shutdown, past the grace: %s %s answered %d", scope["method"], scope["path"],
                             status)  # (uvicorn logs a task that ends cancelled as an error in the application)
                 asyncio.current_task().uncancel()  # type: ignore[union-attr]

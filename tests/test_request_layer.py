@@ -223,3 +223,49 @@ def test_a_preflight_counts_under_its_route():
     app, _ = layered()
     assert middleware.route_of({"app": app, "type": "http", "method": "OPTIONS", "path": "/quick"}) == "/quick"
     assert middleware.route_of({"app": app, "type": "http", "method": "POST", "path": "/nowhere"}) == "other"
+
+
+def test_a_stream_uvicorn_stops_at_shutdown_is_ended_where_it_stands_not_cut():
+    """A response already begun (a subscription's stream, still starting) when uvicorn stops its request past the
+    grace cannot be answered 503: it is ended where it stands (its last chunk sent), so that uvicorn does not cut
+    the connection under it and log the application as failing to complete its response."""
+    from starlette.responses import StreamingResponse
+
+    from app.middleware import SERVER_STOP
+
+    started = asyncio.Event()
+
+    async def events():
+        yield b": stream open\n\n"
+        started.set()
+        await asyncio.Event().wait()  # its first event never comes
+        yield b""
+
+    async def stream(request: Request) -> StreamingResponse:
+        await request.body()
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    app = Starlette(routes=[Route("/stream", stream, methods=["POST"])], middleware=[Middleware(RequestLayer)])
+
+    async def run() -> list[dict]:
+        sent: list[dict] = []
+        parts = [{"type": "http.request", "body": BODY, "more_body": False}]
+
+        async def receive() -> dict:
+            if parts:
+                return parts.pop()
+            await asyncio.Event().wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict) -> None:
+            sent.append(message)
+
+        request = asyncio.ensure_future(app(scope("/stream"), receive, send))
+        await started.wait()
+        request.cancel(msg=SERVER_STOP)
+        await request  # (raises if the cancellation went on up)
+        return sent
+
+    sent = asyncio.run(run())
+    assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 200, sent
+    assert sent[-1] == {"type": "http.response.body", "body": b"", "more_body": False}, sent
