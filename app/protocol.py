@@ -110,6 +110,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._hosts = 0  # the request's Host header lines
         self._fault: str | None = None  # why this protocol refused the request's head (None: the parser did)
         self._refused = False  # answered and closing: nothing more is read
+        self._deferred: bytes | None = None  # a refusal waiting for the answers to the requests before it
         self._idle_since = 0.0  # when the connection opened, or its last response was sent
 
     # --- timeouts: a head must arrive within HEAD_TIMEOUT_SECONDS of its first byte (or of the connection
@@ -274,6 +275,11 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def on_response_complete(self) -> None:
         self._idle_since = self.loop.time()
         super().on_response_complete()
+        if self._deferred is not None and not self.pipeline and (self.cycle is None or self.cycle.response_complete) \
+                and not self.transport.is_closing():
+            answer, self._deferred = self._deferred, None
+            self.transport.write(answer)
+            self.transport.close()
 
     def on_message_complete(self) -> None:
         self._in_head, self._begun = True, False  # what follows on this connection is the next request's head
@@ -330,6 +336,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                   + fields + b"connection: close\r\n\r\n" + body)
         if cycle is not None:
             scope["pith.answered"] = (status, len(body))  # for its access line (app.middleware)
+        if self._in_head and (self.pipeline or self.cycle is not None and not self.cycle.response_complete):
+            self._deferred = answer  # a request pipelined behind others: answered after theirs, in order
+            return
         self.transport.write(answer)
         self.transport.close()
 

@@ -568,6 +568,18 @@ async def test_a_request_names_its_host_once(server):
         if expected == 400:
             error = json.loads(body)["errors"][0]
             assert error["extensions"]["code"] == "BAD_REQUEST" and "Host header" in error["message"], error
+    # Refused behind requests pipelined before it (one write), it is answered after their answers, in order; and a
+    # request the parser refuses, so too.
+    for refused in (b"GET /healthz HTTP/1.1\r\n\r\n", b"G@T /healthz HTTP/1.1\r\nHost: a\r\n\r\n"):
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        try:
+            writer.write(post(padded(2_000)) + post(padded(1_000)) + refused)
+            await writer.drain()
+            answers = [await read_response(reader) for _ in range(3)]
+        finally:
+            writer.close()
+        assert [status for status, _ in answers] == [200, 200, 400], (refused, answers)
+        assert json.loads(answers[0][1])["data"]["paper"]["arxivId"] == "2402.15627", answers[0]
 
 
 async def test_idle_sockets_from_many_addresses_yield_to_a_new_client_before_descriptors_run_out(database_url):
