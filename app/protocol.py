@@ -111,6 +111,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._fault: str | None = None  # why this protocol refused the request's head (None: the parser did)
         self._refused = False  # answered and closing: nothing more is read
         self._deferred: bytes | None = None  # a refusal waiting for the answers to the requests before it
+        self._chunk = b""  # the last bytes received
         self._idle_since = 0.0  # when the connection opened, or its last response was sent
 
     # --- timeouts: a head must arrive within HEAD_TIMEOUT_SECONDS of its first byte (or of the connection
@@ -283,6 +284,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         self._in_head, self._begun = True, False  # what follows on this connection is the next request's head
+        self._chunk = b""  # (not kept past its request: an idle connection holds no bytes of it)
         self._due = None
         self._disarm()  # read: answering is the handler's (its deadline), idling uvicorn's keep-alive
         super().on_message_complete()
@@ -291,6 +293,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if self._refused:
             return  # answered and closing: read nothing more
         in_head, heads = self._in_head, self._heads_done
+        self._chunk = data  # (a refusal of a head reads the header line the parser had not handed over yet)
         super().data_received(data)
         if self._due is not None:  # a message begun or its head completed in this chunk, and not yet whole
             self._arm(self._due)
@@ -318,12 +321,29 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                               "method of letters, header names of token characters, values of visible characters); "
                               "the connection is closed", "BAD_REQUEST")
 
+    def _pending_header(self) -> None:
+        """The request's Origin and X-Request-ID, when either is the last whole header line of a head refused (too
+        slow, or a fault after it): httptools hands a header over only once the next one begins, so that line is
+        read here from the bytes last received."""
+        if self._origin is not None and self._given_id:
+            return
+        received = self._chunk[:-2] if self._chunk.endswith(b"\r\n\r\n") else self._chunk  # (a head ended, refused)
+        for line in received.rpartition(b"\r\n\r\n")[2].split(b"\r\n")[1:-1]:  # this head's whole header lines
+            name, colon, value = line.partition(b":")
+            name = name.lower()
+            if colon and name == b"origin" and self._origin is None:
+                self._origin = value.strip()
+            elif colon and name == b"x-request-id" and not self._given_id:
+                self._given_id = value.strip().decode("latin-1")
+
     def _refuse(self, status: int, message: str, code: str) -> None:
         """A request refused before the application has it whole (a head the parser refused, a head past its bound,
         a request too slow to arrive), answered in the GraphQL error shape every other refusal has, with a request
         id and, for a page of an allowed origin whose Origin came before the fault, the CORS fields to read it;
         then the connection is closed (what else it carries is never read)."""
         self._refused = True
+        if self._in_head:
+            self._pending_header()
         cycle = None if self._in_head else self.cycle  # the application has the request (its body still arriving)
         scope: Any = cycle.scope if cycle is not None else {}
         rid = scope.get("pith.request_id") or chosen_request_id(self._given_id)  # the one its own lines carry

@@ -254,14 +254,17 @@ async def test_slow_and_idle_sockets_are_closed_and_websockets_are_not(server):
 
     before = server.logs()
     origin = b"Origin: " + APP.encode() + b"\r\n"
-    idle, slow, body, own, ws = await asyncio.gather(
+    idle, slow, last, body, own, ws = await asyncio.gather(
         answered(b""), answered(b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + origin + b"X-Slow: "),
+        # (its Origin and id the last whole lines: the parser has not handed them over when its time is up)
+        answered(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Request-ID: slow-head-1\r\n" + origin),
         answered(post(b"{" + b" " * 10, origin)[:-5]),
         answered(post(b"{" + b" " * 10, origin + b"X-Request-ID: slow-body-1\r\n")[:-5]),
         websocket_outlives_the_timeout())
     assert idle == b"" and ws
+    assert b"\r\nx-request-id: slow-head-1\r\n" in last.lower(), last[:400]
     ids = []
-    for answer in (slow, body, own):
+    for answer in (slow, last, body, own):
         head, _, content = answer.partition(b"\r\n\r\n")
         fields = head.lower()
         assert head.startswith(b"HTTP/1.1 408 "), answer[:400]
@@ -270,10 +273,10 @@ async def test_slow_and_idle_sockets_are_closed_and_websockets_are_not(server):
         error = json.loads(content)["errors"][0]
         assert error["extensions"]["code"] == "REQUEST_TIMEOUT" and "s from" in error["message"], error
         ids.append((error["extensions"]["requestId"], len(content)))
-    assert ids[2][0] == "slow-body-1"  # the client's own id, as on every other answer
+    assert ids[3][0] == "slow-body-1"  # the client's own id, as on every other answer
     # A body's request was the application's: its access line says how it ended, under the id its answer has.
     logged = server.logs()[len(before):]
-    for rid, size in ids[1:]:
+    for rid, size in ids[2:]:
         assert any(f"[{rid}] POST /graphql 408 " in line and f"bytes={size}" in line for line in logged.splitlines()
                    if "pith.access" in line), logged[-2000:]
 
@@ -544,6 +547,18 @@ async def test_a_request_the_parser_refuses_is_told_why_in_the_shape_of_every_re
         assert "HTTP/1.1" in error["message"], error
         # The id the client is told is in the server's log, to find what it refused and why.
         assert f"(request id {error['extensions']['requestId']})" in server.logs(), server.logs()[-1500:]
+    # A client's own id, and its Origin, when they are the last whole lines before the fault (the parser hands a
+    # header over only once the next begins).
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    writer.write(b"GET /graphql HTTP/1.1\r\nHost: x\r\nOrigin: " + APP.encode() + b"\r\nX-Request-ID: garbled-1\r\n"
+                 b"Bad Header: x\r\n\r\n")
+    await writer.drain()
+    try:
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+    finally:
+        writer.close()
+    assert head.startswith(b"HTTP/1.1 400") and b"\r\nx-request-id: garbled-1\r\n" in head.lower(), head
+    assert b"\r\naccess-control-allow-origin: " + APP.encode() in head.lower(), head
 
 
 async def test_a_request_names_its_host_once(server):
