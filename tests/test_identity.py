@@ -133,6 +133,16 @@ def nginx() -> str:
     return str(found)
 
 
+async def until_up(client: httpx.AsyncClient) -> None:
+    """Until the proxy in front answers (it starts in the background)."""
+    for _ in range(50):
+        try:
+            await client.get("/healthz")
+            return
+        except httpx.TransportError:
+            await asyncio.sleep(0.1)
+
+
 def test_the_documented_nginx_block_passes_nginx_t(tmp_path):
     binary = nginx()
     config = nginx_config(tmp_path, 8000, free_port())
@@ -155,12 +165,7 @@ async def test_through_the_documented_nginx_a_client_cannot_name_its_own_address
                               "-e", str(folder / "e.log")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
-            for _ in range(50):
-                try:
-                    await client.get("/healthz")
-                    break
-                except httpx.TransportError:
-                    await asyncio.sleep(0.1)
+            await until_up(client)
             plain = await client.post("/graphql", json={"query": QUERY})
             assert plain.status_code == 200, plain.text
             for spoof in ({"forwarded": "for=192.0.2.1"}, {"x-forwarded-for": "192.0.2.2"},
@@ -215,12 +220,7 @@ async def test_the_documented_nginx_refuses_in_the_apis_shape_a_page_can_read(da
         base = f"http://127.0.0.1:{port}"
         async with httpx.AsyncClient(base_url=base, timeout=10, headers={"origin": origin},
                                      limits=httpx.Limits(max_connections=64)) as client:
-            for _ in range(50):
-                try:
-                    await client.get("/healthz")
-                    break
-                except httpx.TransportError:
-                    await asyncio.sleep(0.1)
+            await until_up(client)
             refused(await client.post("/graphql", content=json.dumps({"query": QUERY}) + " " * 150_000,
                                       headers={"content-type": "application/json"}), 413, "PAYLOAD_TOO_LARGE")
             refused(await client.get("/graphql", headers={"x-big": "a" * 30_000}), 431,

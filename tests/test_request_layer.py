@@ -186,33 +186,39 @@ def test_a_request_stopped_at_shutdown_while_its_body_arrives_is_told_so_in_json
     assert b"shutting down" in sent[1]["body"], sent
 
 
+async def stopped_by_uvicorn(app: Starlette, path: str, parts: list[dict],
+                             started: asyncio.Event | None = None) -> tuple[list[dict], bool]:
+    """A request given `parts` of its body (then nothing more), stopped as uvicorn stops it past its shutdown grace
+    once `started` is set (else once it waits for more body): what it sent, and whether its task ended uncancelled
+    (the cancellation, had it gone on up, raises here)."""
+    from app.middleware import SERVER_STOP
+
+    sent: list[dict] = []
+    waiting = asyncio.Event()
+
+    async def receive() -> dict:
+        if parts:
+            return {**parts.pop(0), "more_body": False}
+        waiting.set()
+        await asyncio.Event().wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    request = asyncio.ensure_future(app(scope(path), receive, send))
+    await (started or waiting).wait()
+    request.cancel(msg=SERVER_STOP)
+    await request
+    return sent, request.cancelling() == 0
+
+
 def test_a_request_uvicorn_stops_at_shutdown_ends_answered_not_as_an_error_of_the_application():
     """uvicorn cancels the requests still running past its grace with a message of its own, and logs a request
     task that ends cancelled as an application error, traceback and all: the layer's 503 answers it, and the
     request ends there. Any other cancellation of the request goes on up (asserted above)."""
-    from app.middleware import SERVER_STOP
-
     app, _ = layered()
-
-    async def run() -> tuple[list[dict], bool]:
-        sent: list[dict] = []
-        request_started = asyncio.Event()
-
-        async def receive() -> dict:
-            request_started.set()
-            await asyncio.Event().wait()  # the body never completes
-            return {"type": "http.disconnect"}
-
-        async def send(message: dict) -> None:
-            sent.append(message)
-
-        request = asyncio.ensure_future(app(scope("/quick"), receive, send))
-        await request_started.wait()
-        request.cancel(msg=SERVER_STOP)
-        await request  # (raises if the cancellation went on up)
-        return sent, request.cancelling() == 0
-
-    sent, uncancelled = asyncio.run(run())
+    sent, uncancelled = asyncio.run(stopped_by_uvicorn(app, "/quick", []))  # (its body never comes)
     assert sent[0]["status"] == 503 and b"shutting down" in sent[1]["body"], sent
     assert uncancelled
 
@@ -231,8 +237,6 @@ def test_a_stream_uvicorn_stops_at_shutdown_is_ended_where_it_stands_not_cut():
     the connection under it and log the application as failing to complete its response."""
     from starlette.responses import StreamingResponse
 
-    from app.middleware import SERVER_STOP
-
     started = asyncio.Event()
 
     async def events():
@@ -247,25 +251,6 @@ def test_a_stream_uvicorn_stops_at_shutdown_is_ended_where_it_stands_not_cut():
 
     app = Starlette(routes=[Route("/stream", stream, methods=["POST"])], middleware=[Middleware(RequestLayer)])
 
-    async def run() -> list[dict]:
-        sent: list[dict] = []
-        parts = [{"type": "http.request", "body": BODY, "more_body": False}]
-
-        async def receive() -> dict:
-            if parts:
-                return parts.pop()
-            await asyncio.Event().wait()
-            return {"type": "http.disconnect"}
-
-        async def send(message: dict) -> None:
-            sent.append(message)
-
-        request = asyncio.ensure_future(app(scope("/stream"), receive, send))
-        await started.wait()
-        request.cancel(msg=SERVER_STOP)
-        await request  # (raises if the cancellation went on up)
-        return sent
-
-    sent = asyncio.run(run())
+    sent, _ = asyncio.run(stopped_by_uvicorn(app, "/stream", [{"type": "http.request", "body": BODY}], started))
     assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 200, sent
     assert sent[-1] == {"type": "http.response.body", "body": b"", "more_body": False}, sent
