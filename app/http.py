@@ -20,6 +20,7 @@ import orjson
 from graphql import FragmentDefinitionNode, OperationDefinitionNode
 from starlette.responses import JSONResponse, Response
 
+from app.compression import GZIP_MINIMUM
 from app.limits import RETRY_AFTER_SECONDS
 from app.logs import request_id
 from app.timeparse import BadInput, answered_as_of, is_pinned, now_as_of
@@ -481,12 +482,21 @@ def get_validator(version: int, query: str, variables: dict[str, Any] | None, op
 
 # What an answer with a validator varies on, its 200 and its 304 alike: the media type asked for, and the encoding
 # (Starlette's GZip, app.compression, adds Accept-Encoding to a 200 big enough to compress, whoever asks, and to
-# nothing smaller, nor to a 304, which has no body: said here, every such answer varies on it, a miss at worst).
+# nothing smaller, nor to a 304, which has no body: said here, every such answer varies on it, a miss at worst;
+# vary_once leaves it to GZip where GZip says it).
 CACHED_VARY: Final = "Accept, Accept-Encoding"
 
 
 def cache_headers(etag: str, pinned: bool) -> dict[str, str]:
     return {"ETag": etag, "Vary": CACHED_VARY, "Cache-Control": cache_control(pinned)}
+
+
+def vary_once(response: Response) -> Response:
+    """An answer with a validator, its Vary as CACHED_VARY says it, Accept-Encoding left to Starlette's GZip where it
+    adds it itself (a body of GZIP_MINIMUM bytes or more): else caches read it twice."""
+    if len(response.body) >= GZIP_MINIMUM and response.headers.get("vary") == CACHED_VARY:
+        response.headers["vary"] = "Accept"
+    return response
 
 
 def not_modified(headers: dict[str, str]) -> Response:

@@ -228,7 +228,9 @@ async def test_a_get_kept_by_caches_varies_alike_on_200_and_304_and_one_no_cache
     """A cached GET answer (small here: no gzip) and its 304 vary alike; an answer that holds the client's own
     budget (rateLimit) has no validator and is kept by no cache; an APQ miss, an error, likewise."""
     def tokens(response):
-        return {t.strip().lower() for t in response.headers["vary"].split(",")}
+        listed = [token.strip().lower() for token in response.headers["vary"].split(",")]
+        assert len(listed) == len(set(listed)), response.headers  # each once (the app's Vary and GZip's)
+        return set(listed)
 
     query = '{ paper(arxivId: "%s", asOf: "%s") { arxivId } }' % (PAPER, SEED_AS_OF)
     for encoding in ("gzip", "identity"):
@@ -237,6 +239,16 @@ async def test_a_get_kept_by_caches_varies_alike_on_200_and_304_and_one_no_cache
         again = await served.client.get("/graphql", params={"query": query}, headers={
             "accept-encoding": encoding, "if-none-match": first.headers["etag"]})
         assert again.status_code == 304 and tokens(again) == tokens(first), (again.headers, first.headers)
+    # A big one (gzip's size): the same, its Vary naming each field once.
+    big = ('{ paper(arxivId: "%s", asOf: "%s") { arxivId title inbound(first: 50) { edges { node { referenceIndex '
+           'citingPaper { arxivId title } resolution { status } } } } } }' % (PAPER, SEED_AS_OF))
+    for encoding in ("gzip", "identity"):
+        first = await served.client.get("/graphql", params={"query": big}, headers={"accept-encoding": encoding})
+        assert first.status_code == 200 and len(first.content) >= 1000, first.headers
+        again = await served.client.get("/graphql", params={"query": big}, headers={
+            "accept-encoding": encoding, "if-none-match": first.headers["etag"]})
+        assert again.status_code == 304 and tokens(again) == tokens(first) == {"accept", "accept-encoding"}, \
+            (again.headers, first.headers)
     for params in ({"query": "{ rateLimit { used remaining } }"},
                    {"query": 'query A { ...F } fragment F on Query { rateLimit { used } }'},
                    {"extensions": json.dumps({"persistedQuery": {"version": 1, "sha256Hash": "0" * 64}})},

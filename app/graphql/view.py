@@ -539,8 +539,8 @@ class GraphQLView(StrawberryGraphQL[Context, None]):
                              headers={**sub_response.headers, **headers})
 
     def create_response(self, response_data: Any, sub_response: Response) -> Response:  # type: ignore[override]
-        return http.graphql_response(response_data, sub_response.status_code or 200, sub_response.media_type,
-                                     sub_response.headers)
+        return http.vary_once(http.graphql_response(response_data, sub_response.status_code or 200,
+                                                    sub_response.media_type, sub_response.headers))
 
     # --- WebSockets --------------------------------------------------------------------------------
 

@@ -213,7 +213,7 @@ def routes(app: Any) -> list:  # app.state.App
             return http.not_modified(headers)
         response = make()
         response.headers.update(headers)
-        return response
+        return http.vary_once(response)
 
     async def record_json(request: Request) -> Response:
         body, document, pinned = await document_for(request)
