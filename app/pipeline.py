@@ -368,7 +368,8 @@ def stopped_codes() -> list[str | None]:
 
 
 def _subscription(ctx: Any) -> bool:
-    """Whether an operation is a subscription (its document read, its operation found)."""
+    """Whether an operation is a subscription (its document read, its operation found; Strawberry's OperationType,
+    whose value graphql-core's shares)."""
     try:
         return ctx.graphql_document is not None and ctx.operation_type.value == OperationType.SUBSCRIPTION.value
     except Exception:  # noqa: BLE001 - no such operation in its document: not one
@@ -566,8 +567,7 @@ class RequestPipeline(SchemaExtension):
                 if session is not None and session.statements == 0:
                     single, _ = _plan(ctx.schema._schema, document, ctx.operation_name, compiled)
                     session.single_statement = single
-        # (Strawberry's OperationType, whose value graphql-core's shares)
-        subscription = document is not None and ctx.operation_type.value == OperationType.SUBSCRIPTION.value
+        subscription = _subscription(ctx)
         if error is not None:
             ctx.result = ExecutionResult(data=None, errors=[error])
             if ticket is None and error.extensions.get("code") != "RATE_LIMITED":
@@ -610,8 +610,7 @@ class RequestPipeline(SchemaExtension):
         # A subscription's are read in a session of their own, closed at once: its operation's session lasts as long
         # as the subscription, and would hold a connection all that while (its events read in sessions of theirs).
         app = getattr(ctx.context, "app", None)
-        own = app.session() if ctx.operation_type.value == OperationType.SUBSCRIPTION.value and app is not None \
-            else None
+        own = app.session() if _subscription(ctx) and app is not None else None
         try:
             async with asyncio.timeout(ctx.context.remaining() if hasattr(ctx.context, "remaining") else None):
                 return await paper_sizes(own or session, papers)  # within the deadline (a pool wait included)

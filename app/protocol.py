@@ -22,6 +22,7 @@ import json
 import os
 import socket
 import struct
+from http import HTTPStatus
 from typing import Any
 
 from uvicorn.protocols.http import httptools_impl
@@ -351,9 +352,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         body = json.dumps({"errors": [{"message": message, "extensions": {"code": code, "requestId": rid}}]},
                           separators=(",", ":")).encode()
         fields = b"".join(name + b": " + value + b"\r\n" for name, value in refusal_headers(self._origin))
-        answer = (b"HTTP/1.1 " + _STATUS_LINES[status] + b"\r\ncontent-type: application/json; charset=utf-8\r\n"
-                  b"content-length: " + str(len(body)).encode() + b"\r\nx-request-id: " + rid.encode() + b"\r\n"
-                  + fields + b"connection: close\r\n\r\n" + body)
+        answer = (f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n".encode()
+                  + b"content-type: application/json; charset=utf-8\r\ncontent-length: " + str(len(body)).encode()
+                  + b"\r\nx-request-id: " + rid.encode() + b"\r\n" + fields + b"connection: close\r\n\r\n" + body)
         if cycle is not None:
             scope["pith.answered"] = (status, len(body))  # for its access line (app.middleware)
         if self._in_head and (self.pipeline or self.cycle is not None and not self.cycle.response_complete):
@@ -361,9 +362,6 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             return
         self.transport.write(answer)
         self.transport.close()
-
-
-_STATUS_LINES = {400: b"400 Bad Request", 408: b"408 Request Timeout", 431: b"431 Request Header Fields Too Large"}
 
 
 def _stopping() -> None:
